@@ -1,0 +1,76 @@
+"""Compiled-kernel cache: each variant compiles once per process.
+
+A variant is (arch, BN, world, mode, transport); shapes, pointers, rank and epoch are
+launch arguments, so one compiled function serves every call of every instance.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+log = logging.getLogger("rsar.launch")
+
+ARCHS = ("sm_90a", "sm_100a")
+
+
+@dataclass(frozen=True)
+class Variant:
+    arch: str
+    bn: int
+    world: int
+    mode: str
+    transport: str
+
+    def describe(self) -> str:
+        return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}"
+
+
+def kernel_for(v: Variant) -> Any:
+    if v.arch == "sm_90a":
+        from .sm90_kernel import Sm90FusedKernel
+        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport)
+    raise NotImplementedError(f"no kernel for {v.arch} yet")
+
+
+def example_args() -> list:
+    """Placeholder launch arguments: compilation only needs their types."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    i64, i32 = cutlass.Int64, cutlass.Int32
+    return ([i64(0)] * 3 + [i32(128), i32(128), i32(64)] + [i64(0)] * 4 + [i32(0)] * 5
+            + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
+
+
+def compile_variant(v: Variant, *, keep_ptx: bool = False) -> Any:
+    import cutlass.cute as cute
+    opts = f"--gpu-arch {v.arch}"
+    if keep_ptx:
+        import tempfile
+        opts += f" --keep-ptx --dump-dir {tempfile.mkdtemp(prefix='rsar-ptx-')}"
+    t0 = time.perf_counter()
+    compiled = cute.compile(kernel_for(v), *example_args(), options=opts)
+    log.info("compiled %s in %.2f s", v.describe(), time.perf_counter() - t0)
+    return compiled
+
+
+class KernelCache:
+    def __init__(self, compile_fn: Callable[[Variant], Any] = compile_variant) -> None:
+        self._compile = compile_fn
+        self._lock = threading.Lock()
+        self._done: dict[Variant, Any] = {}
+        self.compile_count = 0
+
+    def get(self, v: Variant) -> Any:
+        with self._lock:
+            fn = self._done.get(v)
+            if fn is None:
+                fn = self._compile(v)
+                self._done[v] = fn
+                self.compile_count += 1
+            return fn
+
+
+CACHE = KernelCache()

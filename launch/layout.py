@@ -1,0 +1,70 @@
+"""Byte layout of one symmetric workspace (identical on every rank).
+
+    CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
+    ARRIVE  u32 stamps [tile][src]: src has delivered its partial of tile for epoch e (value e+1)
+    RESULT  u32 stamps [tile]: the owner has broadcast the reduced tile (AR)
+    RECV    (unicast) world-1 regions, one per peer, of tile-contiguous bf16 partial slots
+    PART    (multicast) this rank's own partial tiles, reduced in place by multimem.ld_reduce
+    OUT     (AR) reduced tiles broadcast by their owners, tile-contiguous
+
+Flags are never cleared: a stamp holds the epoch it was written for, and a waiter compares
+with wrap-safe signed arithmetic, so the same words serve every launch and a captured CUDA
+graph replays without host help.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import BM, ceil_div, max_recv_slots
+
+CTRL_EPOCH = 0
+CTRL_EXIT_COUNT = 4
+CTRL_ABORT = 8
+CTRL_DONE = 256  # + 4 * src
+MAX_WORLD = 16
+_ALIGN = 4096
+
+
+def _up(x: int, a: int = _ALIGN) -> int:
+    return ceil_div(x, a) * a
+
+
+@dataclass(frozen=True)
+class WorkspaceLayout:
+    max_M: int
+    N: int
+    world: int
+    transport: str
+    arrive_off: int
+    result_off: int
+    recv_off: int
+    recv_region_bytes: int
+    part_off: int
+    out_off: int
+    total_bytes: int
+    max_tiles: int
+
+    @staticmethod
+    def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
+        max_tiles = ceil_div(max_M, BM) * (N // 128)  # BN=128 gives the most tiles
+        off = _up(CTRL_DONE + 4 * MAX_WORLD)
+        arrive_off = off
+        off = _up(off + 4 * max_tiles * world)
+        result_off = off
+        off = _up(off + 4 * max_tiles)
+        rows_bytes = ceil_div(max_M, BM) * BM * N * 2  # every tile of the largest call
+        region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in (128, 256))
+        recv_off = part_off = 0
+        if transport == "unicast":
+            recv_off = off
+            off = _up(off + (world - 1) * region)
+        else:
+            part_off = off
+            off = _up(off + rows_bytes)
+        out_off = off
+        off = _up(off + rows_bytes)
+        return WorkspaceLayout(
+            max_M=max_M, N=N, world=world, transport=transport, arrive_off=arrive_off,
+            result_off=result_off, recv_off=recv_off, recv_region_bytes=region,
+            part_off=part_off, out_off=out_off, total_bytes=off, max_tiles=max_tiles,
+        )

@@ -1,0 +1,88 @@
+"""Arch-independent device code of the communication protocol.
+
+Shared by the sm90 and sm100 kernels: epoch stamps, bounded spin-waits that report the
+rank/tile/source that never arrived, the end-of-launch epoch advance, and the ownership
+formulas mirrored from ``launch.plan``. Everything here is called by one thread unless
+its docstring says otherwise.
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+from . import layout, ptx
+
+Int32 = cutlass.Int32
+Int64 = cutlass.Int64
+
+# Error record (host-mapped int32[8]): what a timed-out wait reports.
+ERR_CODE, ERR_RANK, ERR_TILE, ERR_SRC, ERR_EPOCH, ERR_KIND = 0, 1, 2, 3, 4, 5
+ERR_TIMEOUT = 1
+KIND_ARRIVE, KIND_RESULT, KIND_DONE = 1, 2, 3
+
+
+@cute.jit
+def report_timeout(err_addr: Int64, ws: Int64, rank: Int32, tile: Int32, src: Int32,
+                   epoch: Int32, kind: Int32):
+    old = ptx.atom_cas_sys(err_addr, Int32(0), Int32(ERR_TIMEOUT))
+    if old == Int32(0):
+        ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_RANK), rank)
+        ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_TILE), tile)
+        ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_SRC), src)
+        ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_EPOCH), epoch)
+        ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_KIND), kind)
+    # Later waits of this launch give up at once instead of each burning the time limit.
+    ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_ABORT), Int32(1))
+
+
+@cute.jit
+def wait_stamp(addr: Int64, target: Int32, timeout_ns: Int64, err_addr: Int64, ws: Int64,
+               rank: Int32, tile: Int32, src: Int32, epoch: Int32, kind: Int32):
+    """Spin until the stamp at ``addr`` reaches ``target`` (wrap-safe), or time out."""
+    v = ptx.ld_acquire_sys(addr)
+    pending = (v - target) < Int32(0)
+    if pending:
+        t0 = ptx.globaltimer()
+        while pending:
+            v = ptx.ld_acquire_sys(addr)
+            pending = (v - target) < Int32(0)
+            if pending:
+                aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)
+                if aborted or (ptx.globaltimer() - t0 > timeout_ns):
+                    if not aborted:
+                        report_timeout(err_addr, ws, rank, tile, src, epoch, kind)
+                    pending = False
+
+
+@cute.jit
+def peer_base(peer_tab: Int64, p: Int32) -> Int64:
+    return ptx.ld_u64_nc(peer_tab + Int64(p) * Int64(8))
+
+
+@cute.jit
+def wait_peers_done(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int32,
+                    timeout_ns: Int64, err_addr: Int64):
+    """Before the first write into a peer's memory this launch: that peer has finished
+    reading its buffers of the previous launch (it stamps ``done`` when its last CTA exits)."""
+    for p in cutlass.range_constexpr(world):
+        if Int32(p) != rank:
+            wait_stamp(ws + Int64(layout.CTRL_DONE + 4 * p), epoch, timeout_ns, err_addr, ws,
+                       rank, Int32(-1), Int32(p), epoch, Int32(KIND_DONE))
+
+
+@cute.jit
+def finish_launch(ws: Int64, peer_tab: Int64, epoch: Int32, num_ctas: Int32,
+                  world: cutlass.Constexpr, rank: Int32, notify_peers: cutlass.Constexpr):
+    """Called by one thread per CTA after the CTA's last memory access. The last CTA to
+    get here advances the epoch and tells every peer this rank is done with the launch."""
+    ptx.fence_sys()
+    old = ptx.atom_add_acq_rel_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(1))
+    if old == num_ctas - Int32(1):
+        ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(0))
+        ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH), epoch + Int32(1))
+        if notify_peers:
+            ptx.fence_sys()
+            for p in cutlass.range_constexpr(world):
+                if Int32(p) != rank:
+                    ptx.st_release_sys(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_DONE)
+                                       + Int64(4) * Int64(rank), epoch + Int32(1))

@@ -1,0 +1,157 @@
+"""Inline-PTX primitives the kernels' communication code is built from.
+
+Every function takes raw 64-bit addresses (``cutlass.Int64``): the symmetric workspace,
+peer mappings, the multicast mapping and the host-mapped error record are all plain
+virtual addresses, and keeping them as integers lets one kernel source serve every
+transport without building CuTe tensors over memory that another GPU owns.
+"""
+from __future__ import annotations
+
+import cutlass
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+Int32 = cutlass.Int32
+Int64 = cutlass.Int64
+Float32 = cutlass.Float32
+
+
+def _asm(ret, args, text: str, constraints: str, loc, ip):
+    return llvm.inline_asm(
+        ret, args, text, constraints, has_side_effects=True, asm_dialect=0, loc=loc, ip=ip
+    )
+
+
+def _v(x, ty, loc, ip):
+    return ty(x).ir_value(loc=loc, ip=ip)
+
+
+def _struct(n: int, elem: str):
+    return ir.Type.parse("!llvm.struct<(" + ",".join([elem] * n) + ")>")
+
+
+# ---------------------------------------------------------------- flags and clocks
+@dsl_user_op
+def ld_acquire_sys(addr, *, loc=None, ip=None) -> Int32:
+    """Acquire load at system scope: pairs with a peer's release store over NVLink."""
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip)],
+                      "ld.acquire.sys.global.b32 $0, [$1];", "=r,l,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def ld_relaxed_gpu(addr, *, loc=None, ip=None) -> Int32:
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip)],
+                      "ld.relaxed.gpu.global.b32 $0, [$1];", "=r,l,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def st_release_sys(addr, val, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+         "st.release.sys.global.b32 [$0], $1;", "l,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def st_relaxed_gpu(addr, val, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+         "st.relaxed.gpu.global.b32 [$0], $1;", "l,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def st_relaxed_sys(addr, val, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+         "st.relaxed.sys.global.b32 [$0], $1;", "l,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def atom_add_acq_rel_gpu(addr, val, *, loc=None, ip=None) -> Int32:
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+                      "atom.acq_rel.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}",
+                      loc, ip))
+
+
+@dsl_user_op
+def atom_cas_sys(addr, cmp, val, *, loc=None, ip=None) -> Int32:
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip), _v(cmp, Int32, loc, ip),
+                                _v(val, Int32, loc, ip)],
+                      "atom.relaxed.sys.global.cas.b32 $0, [$1], $2, $3;", "=r,l,r,r,~{memory}",
+                      loc, ip))
+
+
+@dsl_user_op
+def fence_sys(*, loc=None, ip=None) -> None:
+    """fence.acq_rel.sys: orders this CTA's prior stores (after a bar.sync) before a flag."""
+    _asm(None, [], "fence.acq_rel.sys;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def globaltimer(*, loc=None, ip=None) -> Int64:
+    return Int64(_asm(T.i64(), [], "mov.u64 $0, %globaltimer;", "=l", loc, ip))
+
+
+@dsl_user_op
+def nanosleep(ns, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(ns, Int32, loc, ip)], "nanosleep.u32 $0;", "r", loc, ip)
+
+
+# ---------------------------------------------------------------- 16-byte data movement
+@dsl_user_op
+def st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
+         "st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_v4_cg(addr, *, loc=None, ip=None):
+    """16-byte load cached in L2 only: peers write this memory over NVLink, L1 would be stale."""
+    s = _asm(_struct(4, "i32"), [_v(addr, Int64, loc, ip)],
+             "ld.global.cg.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l,~{memory}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+
+
+@dsl_user_op
+def multimem_ld_reduce_bf16x8(addr, *, loc=None, ip=None):
+    """Sum of 8 bf16 over every rank's copy, accumulated in fp32 by the NVLink switch."""
+    s = _asm(_struct(4, "i32"), [_v(addr, Int64, loc, ip)],
+             "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2 {$0, $1, $2, $3}, [$4];",
+             "=r,=r,=r,=r,l,~{memory}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+
+
+@dsl_user_op
+def multimem_st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
+    """Broadcast 16 bytes to every rank's copy through the multicast mapping."""
+    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
+         "multimem.st.relaxed.sys.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}",
+         loc, ip)
+
+
+@dsl_user_op
+def multimem_red_release_sys_add(addr, val, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+         "multimem.red.release.sys.global.add.u32 [$0], $1;", "l,r,~{memory}", loc, ip)
+
+
+# ---------------------------------------------------------------- bf16 arithmetic
+@dsl_user_op
+def bf16x2_to_f32(u, *, loc=None, ip=None):
+    """Unpack two bf16 (low half first) into two fp32: a bf16 is the top half of an fp32."""
+    s = _asm(_struct(2, "f32"), [_v(u, Int32, loc, ip)],
+             "{ .reg .b32 t; shl.b32 t, $2, 16; mov.b32 $0, t; and.b32 t, $2, 0xffff0000; mov.b32 $1, t; }",
+             "=f,=f,r", loc, ip)
+    return (Float32(llvm.extractvalue(T.f32(), s, [0], loc=loc, ip=ip)),
+            Float32(llvm.extractvalue(T.f32(), s, [1], loc=loc, ip=ip)))
+
+
+@dsl_user_op
+def f32_to_bf16x2(lo, hi, *, loc=None, ip=None) -> Int32:
+    """Round two fp32 to bf16 (nearest even) and pack them, ``lo`` in the low half."""
+    return Int32(_asm(T.i32(), [_v(hi, Float32, loc, ip), _v(lo, Float32, loc, ip)],
+                      "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f", loc, ip))
+
+
+@dsl_user_op
+def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
+    """Read-only 8-byte load (the peer-pointer table does not change while a kernel runs)."""
+    return Int64(_asm(T.i64(), [_v(addr, Int64, loc, ip)],
+                      "ld.global.nc.b64 $0, [$1];", "=l,l", loc, ip))

@@ -1,0 +1,5 @@
+"""rsar: fused GEMM + reduce-scatter / all-reduce over NVLink, one kernel launch."""
+from .errors import ClosedError, RsarError, RsarTimeoutError
+from .gemm_rsar import GemmRsAr
+
+__all__ = ["GemmRsAr", "RsarError", "RsarTimeoutError", "ClosedError"]

@@ -1,0 +1,30 @@
+"""Errors of the public API (the hierarchy lives in ``multicast.errors``)."""
+from __future__ import annotations
+
+from multicast.errors import (  # noqa: F401  (re-exported)
+    BootstrapError, CudaDriverError, HandleExchangeError, MulticastPolicyError, PeerError,
+    RsarError,
+)
+
+
+class RsarTimeoutError(RsarError, RuntimeError):
+    """A spin-wait in the kernel ran past its limit: a peer never delivered a tile.
+
+    The instance is unusable afterwards (ranks may disagree about the epoch); close it
+    and build a new one on every rank.
+    """
+
+    KINDS = {1: "partial tile", 2: "reduced tile", 3: "end of previous launch"}
+
+    def __init__(self, rank: int, tile: int, src: int, epoch: int, kind: int) -> None:
+        self.rank, self.tile, self.src, self.epoch, self.kind = rank, tile, src, epoch, kind
+        what = self.KINDS.get(kind, f"kind {kind}")
+        where = f"tile {tile}" if tile >= 0 else "launch start"
+        super().__init__(
+            f"rank {rank} timed out waiting for rank {src} ({what}, {where}, launch {epoch}): "
+            "the peer never arrived - is it alive and calling the op with the same M and K?"
+        )
+
+
+class ClosedError(RsarError, RuntimeError):
+    """The instance was closed (or broken by a timeout) and cannot launch."""

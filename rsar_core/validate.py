@@ -1,0 +1,68 @@
+"""Argument checks of GemmRsAr: every one runs before any launch and names its limit."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+MAX_WORLD = 16
+K_ALIGN = 64
+
+
+def check_construction(max_M: int, N: int, world: int) -> None:
+    for name, v in (("max_M", max_M), ("N", N)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if not 1 < world <= MAX_WORLD:
+        raise ValueError(f"world size must be in 2..{MAX_WORLD}, got {world}")
+    if 128 % world:
+        raise ValueError(f"128 must be divisible by the world size, got world={world}")
+    if max_M < 128:
+        raise ValueError(f"max_M must be >= 128, got {max_M}")
+    if N <= 0 or N % 128:
+        raise ValueError(f"N must be a positive multiple of 128, got {N}")
+
+
+def weight_of(w: Any) -> Any:
+    """Accept a tensor or a module-like object holding ``.weight``."""
+    if isinstance(w, torch.Tensor):
+        return w
+    inner = getattr(w, "weight", None)
+    if isinstance(inner, torch.Tensor):
+        return inner
+    return w
+
+
+def _check_matrix(name: str, t: Any, device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} must be bfloat16, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
+
+
+def check_weight(w: torch.Tensor, N: int, device: torch.device) -> None:
+    _check_matrix("w", w, device)
+    n, k = w.shape
+    if n != N:
+        raise ValueError(f"w must have N={N} rows (w is (N, K)), got {n}")
+    if k <= 0 or k % K_ALIGN:
+        raise ValueError(f"K must be a positive multiple of {K_ALIGN}, got K={k}")
+
+
+def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None:
+    _check_matrix("x", x, device)
+    w = weight_of(w)
+    check_weight(w, N, device)
+    m, k = x.shape
+    if not 0 < m <= max_M:
+        raise ValueError(f"M must be in 1..max_M={max_M}, got M={m}")
+    if k != w.shape[1]:
+        raise ValueError(f"x has K={k} but w has K={w.shape[1]}")

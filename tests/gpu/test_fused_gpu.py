@@ -1,0 +1,195 @@
+"""The fused op on real GPUs: correctness of RS and AR, determinism, graphs, bad input.
+
+mpirun -n 2 python -m pytest -q tests/gpu/test_fused_gpu.py
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from rsar_core import GemmRsAr, RsarTimeoutError
+from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
+
+MAX_M = 8192
+TOL = 1e-2
+_OPS: dict = {}
+
+
+def get_op(comm, N: int, ar: bool) -> GemmRsAr:
+    key = (N, ar)
+    if key not in _OPS:
+        _OPS[key] = GemmRsAr(max_M=MAX_M, N=N, all_reduce=ar, comm=comm)
+    return _OPS[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_ops():
+    yield
+    for op in _OPS.values():
+        op.close()
+    _OPS.clear()
+
+
+def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Hand the op's output allocation a block full of NaN, so unwritten rows show."""
+    rows = x.shape[0] if op.all_reduce else op.plan(x.shape[0], x.shape[1]).local_M
+    bait = torch.full((rows, op.N), float("nan"), dtype=torch.bfloat16, device=x.device)
+    ptr = bait.data_ptr()
+    del bait
+    y = op(x, w)
+    assert y.data_ptr() == ptr, "allocator did not reuse the poisoned block"
+    return y
+
+
+def check(op: GemmRsAr, seed: int, M: int, K: int) -> None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
+    y = poisoned_call(op, x, w)
+    torch.cuda.synchronize()
+    op.check()
+    ref = reference_sum(seed, op.world, M, op.N, K, dev)
+    if not op.all_reduce:
+        ref = rs_rows(ref, op.rank, op.world)
+    assert y.shape == ref.shape
+    assert not torch.isnan(y).any(), f"unwritten rows (M={M} K={K})"
+    err = rel_error(y, ref)
+    assert err < TOL, f"rel error {err:.3g} (M={M} N={op.N} K={K} ar={op.all_reduce})"
+    if not op.all_reduce:
+        padded_from = M - op.rank * y.shape[0]
+        if 0 <= padded_from < y.shape[0]:
+            assert (y[padded_from:] == 0).all(), "padding rows must be zero"
+
+
+MS = [1, 127, 128, 129, 1000, 4096, 8191, MAX_M]
+NS = [128, 384, 7168]
+KS = [64, 192, 1024, 4096, 9216]
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", NS)
+@pytest.mark.parametrize("K", KS)
+@pytest.mark.parametrize("M", MS)
+def test_correct(comm, M, N, K, ar):
+    check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
+
+
+def test_back_to_back_random_M_bitwise(comm):
+    op = get_op(comm, 384, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(1234)  # same on every rank: the op is collective
+    K = 256
+    checks = 0
+    for step in range(2000):
+        M = rng.randint(1, MAX_M)
+        x, w = rank_inputs(step, op.rank, M, op.N, K, dev)
+        y = op(x, w)
+        if rng.random() < 0.01:
+            again = op(x.clone(), w.clone())
+            torch.cuda.synchronize()
+            assert torch.equal(y, again), f"step {step} M={M}: recomputation differs"
+            checks += 1
+    torch.cuda.synchronize()
+    op.check()
+    assert checks > 5
+
+
+def test_cuda_graph_replay(comm):
+    op = get_op(comm, 384, True)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    shapes = [(256, 128), (77, 192), (1000, 64)]
+    xs = [torch.empty(M, K, dtype=torch.bfloat16, device=dev) for M, K in shapes]
+    ws = [torch.empty(op.N, K, dtype=torch.bfloat16, device=dev) for _, K in shapes]
+    for i, (M, K) in enumerate(shapes):
+        x, w = rank_inputs(999, op.rank, M, op.N, K, dev)
+        xs[i].copy_(x)
+        ws[i].copy_(w)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):  # warm-up compiles outside the capture
+            op(xs[i], ws[i])
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    comm.Barrier()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ys = [op(xs[i], ws[i]) for i in range(3)]
+    for rep in range(200):
+        for i, (M, K) in enumerate(shapes):
+            x, w = rank_inputs(rep * 3 + i, op.rank, M, op.N, K, dev)
+            xs[i].copy_(x)
+            ws[i].copy_(w)
+        g.replay()
+        torch.cuda.synchronize()
+        op.check()
+        for i, (M, K) in enumerate(shapes):
+            ref = reference_sum(rep * 3 + i, op.world, M, op.N, K, dev)
+            err = rel_error(ys[i], ref)
+            assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
+
+
+def test_rs_and_ar_interleaved(comm):
+    rs = get_op(comm, 7168, False)
+    ar = get_op(comm, 7168, True)
+    for i in range(6):
+        check(rs if i % 2 == 0 else ar, seed=500 + i, M=[300, 2048, 129][i % 3], K=512)
+
+
+BAD = [
+    ("fp16 x", lambda x, w: (x.half(), w), TypeError),
+    ("fp32 w", lambda x, w: (x, w.float()), TypeError),
+    ("3-D x", lambda x, w: (x.unsqueeze(0), w), ValueError),
+    ("K % 64", lambda x, w: (x[:, :96].contiguous(), w[:, :96].contiguous()), ValueError),
+    ("K mismatch", lambda x, w: (x, w[:, :64].contiguous()), ValueError),
+    ("wrong N", lambda x, w: (x, w[:128].contiguous()), ValueError),
+    ("M > max_M", lambda x, w: (torch.zeros(MAX_M + 1, x.shape[1], dtype=x.dtype, device=x.device), w), ValueError),
+    ("M = 0", lambda x, w: (x[:0], w), ValueError),
+    ("non-contiguous x", lambda x, w: (x.t(), w), ValueError),
+    ("cpu x", lambda x, w: (x.cpu(), w), ValueError),
+    ("list x", lambda x, w: (x.tolist(), w), TypeError),
+    ("odd offset", lambda x, w: (x.view(-1)[1:1 + 64 * 128].view(64, 128), w), ValueError),
+]
+
+
+@pytest.mark.parametrize("name,mutate,exc", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_then_valid(comm, name, mutate, exc):
+    op = get_op(comm, 384, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(7, op.rank, 64, op.N, 128, dev)
+    bx, bw = mutate(x, w)
+    with pytest.raises(exc):
+        op(bx, bw)
+    check(op, seed=11, M=200, K=128)
+
+
+def test_can_run(comm):
+    op = get_op(comm, 384, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    w = torch.randn(384, 128, device=dev).to(torch.bfloat16)
+    assert op.can_run(w)
+    assert op.can_run(torch.nn.Linear(128, 384, bias=False).to(dev, torch.bfloat16))
+    assert not op.can_run(w.float())
+    assert not op.can_run(w.t())
+    assert not op.can_run(w.cpu())
+    assert not op.can_run(w[:, :96].contiguous())
+    assert not op.can_run(w[:128].contiguous())
+
+
+def test_timeout_names_rank_and_tile(comm):
+    """Rank 1 never calls: rank 0's waits expire and it reports rank 1 as missing."""
+    op = GemmRsAr(max_M=256, N=128, all_reduce=False, comm=comm, timeout_s=0.5)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    try:
+        if op.rank == 0:
+            x, w = rank_inputs(3, 0, 256, 128, 64, dev)
+            op(x, w)
+            torch.cuda.synchronize()
+            with pytest.raises(RsarTimeoutError) as ei:
+                op.check()
+            assert ei.value.rank == 0 and ei.value.src == 1
+            assert ei.value.tile >= 0
+        comm.Barrier()
+    finally:
+        op.close()
