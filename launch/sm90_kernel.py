@@ -27,6 +27,8 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
+import cutlass.memory
+import cutlass.tensor_utils
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
@@ -67,7 +69,7 @@ class Sm90FusedKernel:
         self.epi_stage = 2
         self.load_regs = 40
         self.mma_regs = 232
-        self.smem_capacity = utils.get_smem_capacity_in_bytes("sm_90")
+        self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         self.buffer_align_bytes = 1024
         self.epi_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=self.num_epi_threads)
         ab_bytes = (BM * BK + bn * BK) * 2
@@ -78,7 +80,7 @@ class Sm90FusedKernel:
 
     # ------------------------------------------------------------------ host side
     def _layouts(self):
-        row = utils.LayoutEnum.ROW_MAJOR
+        row = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             BF16, BF16, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
             self.atom_layout_mnk, tiler_mn=(64, self.bn),
@@ -172,7 +174,7 @@ class Sm90FusedKernel:
         tiles_n = N // Int32(self.bn)
         num_tiles = tiles_m * tiles_n
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
         a_stage_layout = cute.slice_(a_smem_staged, (None, None, 0))
         b_stage_layout = cute.slice_(b_smem_staged, (None, None, 0))
@@ -246,7 +248,7 @@ class Sm90FusedKernel:
 
             # registers -> smem (stmatrix), as a 128 x 32 bf16 sub-tile
             r2s_atom = sm90_utils.sm90_get_smem_store_op(
-                utils.LayoutEnum.ROW_MAJOR, elem_ty_d=BF16, elem_ty_acc=Float32)
+                cutlass.tensor_utils.LayoutEnum.ROW_MAJOR, elem_ty_d=BF16, elem_ty_acc=Float32)
             stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), BF16)
             tiled_r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
             thr_r2s = tiled_r2s.get_slice(etid)

@@ -19,7 +19,7 @@ from .errors import HandleExchangeError
 
 __all__ = [
     "FABRIC", "POSIX_FD", "KINDS", "FdExchange",
-    "handle_type", "attribute_for", "device_supports",
+    "handle_type", "attribute_for", "device_supports", "alloc_prop", "mc_prop",
     "export_handle", "import_handle", "close_fds",
     "allgather_handles", "broadcast_handle", "default_fd_exchange",
 ]
@@ -53,6 +53,27 @@ def handle_type(drv: Any, kind: str) -> Any:
     raise ValueError(f"handle kind must be one of {KINDS}, got {kind!r}")
 
 
+def alloc_prop(drv: Any, device: int, kind: str) -> Any:
+    """CUmemAllocationProp: pinned memory on ``device``, shareable as ``kind``."""
+    raw = drv.raw
+    prop = raw.CUmemAllocationProp()
+    prop.type = raw.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = raw.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = device
+    prop.requestedHandleTypes = handle_type(drv, kind)
+    return prop
+
+
+def mc_prop(drv: Any, num_devices: int, size: int, kind: str) -> Any:
+    """CUmulticastObjectProp for ``num_devices`` devices, shareable as ``kind``."""
+    prop = drv.raw.CUmulticastObjectProp()
+    prop.numDevices = num_devices
+    prop.size = size
+    prop.handleTypes = int(handle_type(drv, kind))
+    prop.flags = 0
+    return prop
+
+
 def attribute_for(drv: Any, kind: str) -> Any:
     a = drv.raw.CUdevice_attribute
     if kind == FABRIC:
@@ -84,9 +105,9 @@ def import_handle(drv: Any, shareable: bytes | int, kind: str) -> Any:
     if kind == FABRIC:
         if not isinstance(shareable, (bytes, bytearray)) or len(shareable) != FABRIC_HANDLE_BYTES:
             raise HandleExchangeError(f"not a 64-byte fabric handle: {shareable!r:.80}")
-        fh = drv.raw.CUmemFabricHandle()
-        fh.data = bytes(shareable)
-        return drv.cuMemImportFromShareableHandle(fh, handle_type(drv, kind))
+        # The C API takes a pointer to the 64-byte CUmemFabricHandle; the bindings make
+        # one from any buffer.
+        return drv.cuMemImportFromShareableHandle(bytearray(shareable), handle_type(drv, kind))
     if not isinstance(shareable, int) or shareable < 0:
         raise HandleExchangeError(f"not a file descriptor: {shareable!r}")
     # The bindings pass the fd's value as the void* osHandle, as the C API expects.
@@ -130,7 +151,8 @@ def broadcast_handle(bs: Bootstrap, kind: str, mine: bytes | int | None, root: i
     placeholder descriptor in and everything but root's fd is closed again.
     """
     if kind == FABRIC:
-        data = bs.broadcast(bytes(mine) if bs.rank == root else None, root)  # type: ignore[arg-type]
+        mine_b = bytes(mine) if bs.rank == root else None  # type: ignore[arg-type]
+        data = bs.broadcast(mine_b, root)
         if len(data) != FABRIC_HANDLE_BYTES:
             raise HandleExchangeError(f"rank {root} broadcast a malformed fabric handle")
         return None if bs.rank == root else data

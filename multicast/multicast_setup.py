@@ -29,13 +29,13 @@ from .agree import agree
 from .bootstrap import Bootstrap
 from .errors import MulticastPolicyError
 from .handles import (
-    POSIX_FD, FdExchange, broadcast_handle, close_fds, export_handle, handle_type, import_handle,
+    POSIX_FD, FdExchange, broadcast_handle, close_fds, export_handle, import_handle, mc_prop,
 )
 from .policy import PolicyDecision, decide, resolve
 
 __all__ = [
     "MulticastState", "ROOT", "agree_policy", "multicast_support", "query_granularity",
-    "setup_multicast", "release_multicast", "free_multicast_range",
+    "setup_multicast", "release_multicast", "free_multicast_range", "access_desc", "attempt",
 ]
 
 log = logging.getLogger("rsar.multicast")
@@ -119,17 +119,8 @@ def agree_policy(bs: Bootstrap, drv: Any, device: int,
     return decision, use, reason
 
 
-def _mc_prop(drv: Any, world: int, size: int, kind: str) -> Any:
-    prop = drv.raw.CUmulticastObjectProp()
-    prop.numDevices = world
-    prop.size = size
-    prop.handleTypes = int(handle_type(drv, kind))
-    prop.flags = 0
-    return prop
-
-
 def query_granularity(drv: Any, bs: Bootstrap, kind: str, size: int) -> int:
-    """The multicast granularity every rank can live with (agreed; max over ranks).
+    """The multicast granularity every rank can live with (agreed; lcm over ranks).
 
     The minimum granularity is what BindMem requires; the recommended one can be
     hundreds of MiB, which a small workspace would waste.
@@ -137,7 +128,7 @@ def query_granularity(drv: Any, bs: Bootstrap, kind: str, size: int) -> int:
     flag = drv.raw.CUmulticastGranularity_flags.CU_MULTICAST_GRANULARITY_MINIMUM
 
     def query() -> int:
-        return int(drv.cuMulticastGetGranularity(_mc_prop(drv, bs.world, size, kind), flag))
+        return int(drv.cuMulticastGetGranularity(mc_prop(drv, bs.world, size, kind), flag))
 
     mine = agree(bs, "multicast granularity", query)
     grans = [int(g) for g in bs.allgather(str(mine).encode())]
@@ -172,10 +163,11 @@ def _run_setup(drv: Any, bs: Bootstrap, st: MulticastState, local_handle: Any, k
     def create() -> Any:
         if bs.rank != ROOT:
             return None
-        st.handle = drv.cuMulticastCreate(_mc_prop(drv, bs.world, st.size, kind))
+        st.handle = drv.cuMulticastCreate(mc_prop(drv, bs.world, st.size, kind))
         return export_handle(drv, st.handle, kind)
 
-    exported = agree(bs, "multicast create", create)
+    exported = agree(bs, "multicast create", create,
+                     undo=lambda fd: close_fds([fd]) if kind == POSIX_FD else None)
     try:
         received = broadcast_handle(bs, kind, exported, ROOT, fd_exchange)
     finally:
@@ -215,6 +207,14 @@ def _run_setup(drv: Any, bs: Bootstrap, st: MulticastState, local_handle: Any, k
     agree(bs, "multicast map", map_)
 
 
+def attempt(errors: list[Exception], fn: Any, *args: Any) -> None:
+    """One teardown step: keep its error and go on, so one failure leaks nothing else."""
+    try:
+        fn(*args)
+    except Exception as e:
+        errors.append(e)
+
+
 def access_desc(drv: Any, device: int) -> Any:
     """Read-write access for one device."""
     d = drv.raw.CUmemAccessDesc()
@@ -233,26 +233,19 @@ def release_multicast(drv: Any, bs: Bootstrap, st: MulticastState,
     already ordered the ranks, so no barrier is needed (or safe) there.
     """
     errors: list[Exception] = []
-
-    def attempt(fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as e:
-            errors.append(e)
-
     if st.mapped:
-        attempt(drv.cuMemUnmap, st.va, st.size)
+        attempt(errors, drv.cuMemUnmap, st.va, st.size)
         st.mapped = False
     if st.bound:
-        attempt(drv.cuMulticastUnbind, st.handle, st.device, 0, st.size)
+        attempt(errors, drv.cuMulticastUnbind, st.handle, st.device, 0, st.size)
         st.bound = False
     if collective:
         if st.rank != ROOT and st.handle is not None:
-            attempt(drv.cuMemRelease, st.handle)
+            attempt(errors, drv.cuMemRelease, st.handle)
             st.handle = None
-        attempt(bs.barrier)
+        attempt(errors, bs.barrier)
     if st.handle is not None:
-        attempt(drv.cuMemRelease, st.handle)
+        attempt(errors, drv.cuMemRelease, st.handle)
         st.handle = None
     return errors
 
@@ -261,8 +254,6 @@ def free_multicast_range(drv: Any, st: MulticastState) -> list[Exception]:
     if not st.va:
         return []
     va, st.va = st.va, 0
-    try:
-        drv.cuMemAddressFree(va, st.size)
-    except Exception as e:
-        return [e]
-    return []
+    errors: list[Exception] = []
+    attempt(errors, drv.cuMemAddressFree, va, st.size)
+    return errors

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .driver import Driver, default_driver
-from .handles import KINDS, POSIX_FD, handle_type
+from .handles import KINDS, POSIX_FD, alloc_prop, mc_prop
 
 __all__ = [
     "driver_version", "device_count", "device_attributes", "allocation_granularity",
@@ -137,13 +137,8 @@ def allocation_granularity(device: int, kind: str = POSIX_FD,
         return p.fail_all(["minimum", "recommended"], f"unknown handle kind {kind!r}")
     if not p.init():
         return p.fail_all(["minimum", "recommended"], p.errors["cuInit"])
-    raw = p.drv.raw
-    prop = raw.CUmemAllocationProp()
-    prop.type = raw.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-    prop.location.type = raw.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    prop.location.id = device
-    prop.requestedHandleTypes = handle_type(p.drv, kind)
-    flags = raw.CUmemAllocationGranularity_flags
+    prop = alloc_prop(p.drv, device, kind)
+    flags = p.drv.raw.CUmemAllocationGranularity_flags
     p.query("minimum", "cuMemGetAllocationGranularity", prop,
             flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
     p.query("recommended", "cuMemGetAllocationGranularity", prop,
@@ -159,13 +154,9 @@ def multicast_granularity(num_devices: int, kind: str = POSIX_FD, size: int = 2 
         return p.fail_all(["minimum", "recommended"], f"unknown handle kind {kind!r}")
     if not p.init():
         return p.fail_all(["minimum", "recommended"], p.errors["cuInit"])
-    raw = p.drv.raw
     try:
-        prop = raw.CUmulticastObjectProp()
-        prop.numDevices = num_devices
-        prop.size = size
-        prop.handleTypes = int(handle_type(p.drv, kind))
-        flags = raw.CUmulticastGranularity_flags
+        prop = mc_prop(p.drv, num_devices, size, kind)
+        flags = p.drv.raw.CUmulticastGranularity_flags
     except AttributeError as e:
         return p.fail_all(["minimum", "recommended"], f"no multicast in these bindings: {e}")
     p.query("minimum", "cuMulticastGetGranularity", prop,

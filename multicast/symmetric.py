@@ -26,12 +26,12 @@ from .bootstrap import Bootstrap, make_bootstrap
 from .driver import Driver, default_driver
 from .errors import CudaDriverError, PeerError
 from .handles import (
-    FABRIC, POSIX_FD, FdExchange, allgather_handles, close_fds, default_fd_exchange,
-    device_supports, export_handle, handle_type, import_handle,
+    FABRIC, POSIX_FD, FdExchange, allgather_handles, alloc_prop, close_fds, default_fd_exchange,
+    device_supports, export_handle, import_handle,
 )
 from .multicast_setup import (
-    MulticastState, access_desc, agree_policy, free_multicast_range, query_granularity,
-    release_multicast, setup_multicast,
+    MulticastState, access_desc, agree_policy, attempt, free_multicast_range,
+    query_granularity, release_multicast, setup_multicast,
 )
 from .policy import PolicyDecision
 
@@ -174,8 +174,8 @@ class SymmetricMemory:
             decision, try_mc, reason = agree_policy(bs, drv, self.device, env)
             self.policy = decision
 
-            # Fabric handles need every rank able to export one; try only if every
-            # device claims support (an IMEX channel may still be missing: see below).
+            # Fabric handles need every rank able to export one; try them only if every
+            # device claims support (an IMEX channel may still be missing: _allocate).
             kind = FABRIC if all_true(bs, device_supports(drv, self.device, FABRIC)) else POSIX_FD
             gran = agree(bs, "allocation granularity", lambda: self._alloc_granularity(kind))
             gran = math.lcm(*(int(g) for g in bs.allgather(str(gran).encode())))
@@ -218,21 +218,19 @@ class SymmetricMemory:
                   self.rank, self.nbytes, self.device, self.transport, self.handle_type,
                   self.policy_reason)
 
-    def _alloc_prop(self, kind: str) -> Any:
-        raw = self._drv.raw
-        prop = raw.CUmemAllocationProp()
-        prop.type = raw.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = raw.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = self.device
-        prop.requestedHandleTypes = handle_type(self._drv, kind)
-        return prop
-
     def _alloc_granularity(self, kind: str) -> int:
-        flag = self._drv.raw.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
-        return int(self._drv.cuMemGetAllocationGranularity(self._alloc_prop(kind), flag))
+        drv = self._drv
+        flag = drv.raw.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+        return int(drv.cuMemGetAllocationGranularity(alloc_prop(drv, self.device, kind), flag))
 
     def _create(self, kind: str) -> None:
-        self._local_handle = self._drv.cuMemCreate(self.nbytes, self._alloc_prop(kind), 0)
+        prop = alloc_prop(self._drv, self.device, kind)
+        self._local_handle = self._drv.cuMemCreate(self.nbytes, prop, 0)
+
+    def _drop_local_handle(self) -> None:
+        if self._local_handle is not None:
+            handle, self._local_handle = self._local_handle, None
+            self._drv.cuMemRelease(handle)
 
     def _allocate(self, kind: str) -> str:
         """cuMemCreate with fabric handles if every rank can create AND export one."""
@@ -241,22 +239,19 @@ class SymmetricMemory:
             def try_fabric() -> bytes | None:
                 try:
                     self._create(FABRIC)
-                    return export_handle(drv, self._local_handle, FABRIC)  # type: ignore[return-value]
+                    blob = export_handle(drv, self._local_handle, FABRIC)
+                    return blob  # type: ignore[return-value]
                 except CudaDriverError as e:
                     # Typically CUDA_ERROR_NOT_PERMITTED: no IMEX channel on this host.
                     log.debug("rank %d: fabric handle unavailable: %s", self.rank, e)
-                    if self._local_handle is not None:
-                        handle, self._local_handle = self._local_handle, None
-                        drv.cuMemRelease(handle)
+                    self._drop_local_handle()
                     return None
 
             blob = agree(bs, "allocate (fabric)", try_fabric)
             if all_true(bs, blob is not None):
                 self._fabric_blob = blob
                 return FABRIC
-            if self._local_handle is not None:
-                handle, self._local_handle = self._local_handle, None
-                drv.cuMemRelease(handle)
+            self._drop_local_handle()
         agree(bs, "allocate", lambda: self._create(POSIX_FD))
         return POSIX_FD
 
@@ -278,8 +273,10 @@ class SymmetricMemory:
         if kind == FABRIC:
             shares = allgather_handles(bs, FABRIC, self._fabric_blob, self._fd_exchange)
         else:
+            # undo: a rank that exported while a peer failed closes its fd again.
             fd = agree(bs, "export handle",
-                       lambda: export_handle(drv, self._local_handle, POSIX_FD))
+                       lambda: export_handle(drv, self._local_handle, POSIX_FD),
+                       undo=lambda fd: close_fds([fd]))
             try:
                 shares = allgather_handles(bs, POSIX_FD, fd, self._fd_exchange)
             finally:
@@ -328,13 +325,6 @@ class SymmetricMemory:
         if self._ctx is None:
             return errors
         drv, bs = self._drv, self._bs
-
-        def attempt(fn: Any, *args: Any) -> None:
-            try:
-                fn(*args)
-            except Exception as e:
-                errors.append(e)
-
         try:
             scope = self._ctx.scope()
             scope.__enter__()
@@ -343,27 +333,27 @@ class SymmetricMemory:
             scope = None
         try:
             if collective:
-                attempt(drv.cuCtxSynchronize)
-                attempt(bs.barrier)
+                attempt(errors, drv.cuCtxSynchronize)
+                attempt(errors, bs.barrier)
             if self._mc is not None:
                 errors += release_multicast(drv, bs, self._mc, collective)
             if self._table:
-                attempt(drv.cuMemFree, self._table)
+                attempt(errors, drv.cuMemFree, self._table)
                 self._table = 0
             for p in self._peers:
                 if p is None:
                     continue
                 if p.mapped:
-                    attempt(drv.cuMemUnmap, p.va, self.nbytes)
+                    attempt(errors, drv.cuMemUnmap, p.va, self.nbytes)
                     p.mapped = False
                 if p.handle is not None:
-                    attempt(drv.cuMemRelease, p.handle)
+                    attempt(errors, drv.cuMemRelease, p.handle)
                     p.handle = None
             if self._local_mapped:
-                attempt(drv.cuMemUnmap, self._local_va, self.nbytes)
+                attempt(errors, drv.cuMemUnmap, self._local_va, self.nbytes)
                 self._local_mapped = False
             if self._local_handle is not None:
-                attempt(drv.cuMemRelease, self._local_handle)
+                attempt(errors, drv.cuMemRelease, self._local_handle)
                 self._local_handle = None
             # Address ranges last: nothing may be mapped in them any more.
             if self._mc is not None:
@@ -371,11 +361,11 @@ class SymmetricMemory:
                 self._mc = None
             for p in self._peers:
                 if p is not None and p.va:
-                    attempt(drv.cuMemAddressFree, p.va, self.nbytes)
+                    attempt(errors, drv.cuMemAddressFree, p.va, self.nbytes)
                     p.va = 0
             self._peers = []
             if self._local_va:
-                attempt(drv.cuMemAddressFree, self._local_va, self.nbytes)
+                attempt(errors, drv.cuMemAddressFree, self._local_va, self.nbytes)
                 self._local_va = 0
         finally:
             if scope is not None:

@@ -112,6 +112,21 @@ class GemmRsAr:
         self._launch(fn, x, w, y, plan)
         return y
 
+    def gemm_only(self, x: torch.Tensor, w: Any) -> torch.Tensor:
+        """x @ w.T (M, N) by the same kernel with the communication compiled out.
+
+        Not collective; for benchmarks that separate the GEMM from the exchange.
+        """
+        self._require_open()
+        check_call(x, w, self.max_M, self.N, self.device)
+        w = weight_of(w)
+        M, K = x.shape
+        plan = make_plan(M, self.N, K, self.world, self.sm_count, "gemm")
+        fn = CACHE.get(Variant(self.arch, plan.bn, self.world, "gemm", self.transport))
+        y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
+        self._launch(fn, x, w, y, plan)
+        return y
+
     def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
                 plan: TilePlan) -> None:
         import cuda.bindings.driver as cuda

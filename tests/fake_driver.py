@@ -413,7 +413,10 @@ class FakeDriver:
         with self._lock:
             T = real.CUmemAllocationHandleType
             if handle_type == T.CU_MEM_HANDLE_TYPE_FABRIC:
-                data = os_handle if isinstance(os_handle, bytes) else bytes(os_handle.data)
+                if not isinstance(os_handle, (bytes, bytearray, memoryview)):
+                    # As the real bindings: osHandle must be a buffer (or an address).
+                    raise TypeError(f"osHandle of type {type(os_handle)} has no buffer protocol")
+                data = bytes(os_handle)
                 if data[:8] != b"FAKEFABR":
                     return R.CUDA_ERROR_INVALID_VALUE, None
                 oid = int.from_bytes(data[8:16], "little")

@@ -1,0 +1,378 @@
+"""Functional checks of a SymmetricMemory on real GPUs, for diagnostics and GPU tests.
+
+What the fused kernel relies on, checked one piece at a time: every rank's buffer is
+readable and writable from every other rank through its peer pointer, both by the copy
+engines (cuMemcpy) and by the SMs (plain loads and stores in a kernel); system-scope
+atomics from all ranks on one word add up exactly; peer copies run at NVLink speed;
+and, only where a multicast mapping exists, multimem loads and stores reach every rank.
+
+Every check is collective: all ranks call the same checks in the same order with the
+same arguments. The device work of each step runs through ``agree``, so a CUDA error on
+any rank raises the same PeerError on every rank; wrong data is a result, not an error.
+
+Buffer layout used (``region_bytes`` gives the size to allocate), P = pattern bytes:
+    [0, P)                 O: the owner's own pattern, read by peers
+    [P, 2P)                X: scratch for kernel reads
+    [2P + q*P, 3P + q*P)   S_q: written by rank q through its peer pointer
+    [(2+world)P, +4096)    C: the atomic counter (first word)
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .agree import agree, all_true
+from .bootstrap import Bootstrap
+from .driver import Driver, default_driver
+from .errors import CudaDriverError
+from .nvrtc_kernels import PTR, U32, U64, KernelModule
+
+__all__ = [
+    "CheckResult", "PATTERN_BYTES", "region_bytes", "pattern", "device_scope",
+    "load_kernels", "pattern_check", "atomic_check", "bandwidth_check", "multicast_check",
+]
+
+log = logging.getLogger("rsar.multicast")
+
+PATTERN_BYTES = 1 << 20
+COUNTER_BYTES = 4096
+_BLOCK = 256
+_GRID = 264  # two waves of 132 SMs; the copies are tiny, any grid covers them
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome. ``ok`` is None when the check was skipped (``detail`` says why)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    value: float | None = None
+    unit: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "skip" if self.ok is None else ("pass" if self.ok else "fail")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status
+        return d
+
+
+def region_bytes(world: int, pattern_bytes: int = PATTERN_BYTES) -> int:
+    """Bytes a SymmetricMemory needs for ``pattern_check`` and ``atomic_check``."""
+    return (2 + world) * pattern_bytes + COUNTER_BYTES
+
+
+def _offsets(world: int, p: int) -> dict[str, Any]:
+    return {"own": 0, "scratch": p, "slot": lambda q: (2 + q) * p, "counter": (2 + world) * p}
+
+
+def pattern(writer: int, nwords: int, salt: int = 0) -> np.ndarray:
+    """32-bit words that differ by position and by writer, so a word read from the wrong
+    rank, the wrong offset or a stale buffer shows."""
+    i = np.arange(nwords, dtype=np.uint64)
+    mixed = (i * np.uint64(2654435761) + np.uint64((writer + 1) * 40503 + salt)) & np.uint64(
+        0xFFFFFFFF)
+    return mixed.astype(np.uint32) ^ np.uint32((writer & 0xFF) << 24)
+
+
+def _mismatch(got: np.ndarray, want: np.ndarray) -> tuple[int, str]:
+    bad = np.flatnonzero(got != want)
+    if not bad.size:
+        return 0, ""
+    i = int(bad[0])
+    return int(bad.size), f"word {i}: got {int(got[i]):#010x}, want {int(want[i]):#010x}"
+
+
+@contextlib.contextmanager
+def device_scope(drv: Driver, device: int) -> Iterator[None]:
+    """The device's primary context, current for the calls inside (restored after).
+
+    SymmetricMemory's mappings are process-wide virtual addresses with access granted to
+    the device, so any context of that device may copy and launch on them.
+    """
+    drv.cuCtxPushCurrent(drv.primary_context(device))
+    try:
+        yield
+    finally:
+        drv.cuCtxPopCurrent()
+
+
+def _dtoh(drv: Driver, ptr: int, nwords: int) -> np.ndarray:
+    out = np.empty(nwords, dtype=np.uint32)
+    # Always an address, never the array: the bindings would read a 1-element array as
+    # an integer pointer.
+    drv.cuMemcpyDtoH(out.ctypes.data, ptr, out.nbytes)
+    return out
+
+
+def _htod(drv: Driver, ptr: int, data: np.ndarray) -> None:
+    data = np.ascontiguousarray(data)
+    drv.cuMemcpyHtoD(ptr, data.ctypes.data, data.nbytes)
+
+
+def load_kernels(bs: Bootstrap, device: int,
+                 drv: Driver | None = None) -> tuple[KernelModule | None, str]:
+    """(kernels, "") on every rank, or (None, why) on every rank if any rank cannot
+    compile or load them (NVRTC missing, say): then the SM-path checks are skipped."""
+    drv = drv if drv is not None else default_driver()
+
+    def load() -> tuple[KernelModule | None, str]:
+        with device_scope(drv, device):
+            try:
+                return KernelModule(device, drv), ""
+            except CudaDriverError as e:
+                return None, str(e)
+
+    km, why = agree(bs, "load check kernels", load)
+    if all_true(bs, km is not None):
+        return km, ""
+    if km is not None:
+        with device_scope(drv, device):
+            km.unload()
+    return None, why or "check kernels unavailable on a peer rank"
+
+
+def _need(sm: Any, nbytes: int, what: str) -> None:
+    if sm.nbytes < nbytes:
+        raise ValueError(f"{what} needs a SymmetricMemory of at least {nbytes} bytes, "
+                         f"got {sm.nbytes}")
+
+
+def pattern_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
+                  drv: Driver | None = None, pattern_bytes: int = PATTERN_BYTES) -> CheckResult:
+    """Every rank writes its pattern locally; reads each peer's through the peer pointer
+    (copy engine, and SM loads if ``kernels``); stores its pattern into each peer's
+    slot with SM stores; then checks what the peers stored into its own slots."""
+    drv = drv if drv is not None else default_driver()
+    _need(sm, region_bytes(sm.world, pattern_bytes), "pattern_check")
+    me, world, n = sm.rank, sm.world, pattern_bytes // 4
+    off = _offsets(world, pattern_bytes)
+    mine = pattern(me, n)
+    bad: dict[str, int] = {}
+    first: dict[str, str] = {}
+
+    def record(key: str, got: np.ndarray, want: np.ndarray) -> None:
+        count, where = _mismatch(got, want)
+        bad[key] = count
+        if count:
+            first[key] = where
+
+    def write_own() -> None:
+        with device_scope(drv, sm.device):
+            _htod(drv, sm.local_ptr + off["own"], mine)
+            drv.cuCtxSynchronize()
+            record("local round trip", _dtoh(drv, sm.local_ptr + off["own"], n), mine)
+
+    def access_peers() -> None:
+        with device_scope(drv, sm.device):
+            for p in range(world):
+                if p == me:
+                    continue
+                want = pattern(p, n)
+                record(f"read rank {p} (copy engine)",
+                       _dtoh(drv, sm.peer_ptrs[p] + off["own"], n), want)
+                if kernels is None:
+                    continue
+                kernels.launch("rsar_copy_u32", _GRID, _BLOCK, [
+                    (sm.local_ptr + off["scratch"], PTR), (sm.peer_ptrs[p] + off["own"], PTR),
+                    (n, U64)])
+                drv.cuCtxSynchronize()
+                record(f"read rank {p} (SM loads)",
+                       _dtoh(drv, sm.local_ptr + off["scratch"], n), want)
+                kernels.launch("rsar_copy_u32", _GRID, _BLOCK, [
+                    (sm.peer_ptrs[p] + off["slot"](me), PTR), (sm.local_ptr + off["own"], PTR),
+                    (n, U64)])
+            drv.cuCtxSynchronize()
+
+    def check_slots() -> None:
+        with device_scope(drv, sm.device):
+            for q in range(world):
+                if q != me:
+                    record(f"written by rank {q} (SM stores)",
+                           _dtoh(drv, sm.local_ptr + off["slot"](q), n), pattern(q, n))
+
+    agree(bs, "pattern check: write", write_own)
+    if world > 1:
+        agree(bs, "pattern check: access peers", access_peers)
+        if kernels is not None:
+            agree(bs, "pattern check: stored by peers", check_slots)
+    failed = {k: v for k, v in bad.items() if v}
+    mib = pattern_bytes / (1 << 20)
+    if failed:
+        detail = "; ".join(f"{k}: {v} wrong words ({first[k]})" for k, v in failed.items())
+    else:
+        detail = f"{len(bad)} transfers of {mib:g} MiB exact"
+        if world == 1:
+            detail += "; world of 1: no peer to check"
+        elif kernels is None:
+            detail += "; SM loads/stores not checked (no check kernels)"
+    return CheckResult("peer load/store", not failed, detail,
+                       data={"mismatches": bad, "first_mismatch": first,
+                             "pattern_bytes": pattern_bytes})
+
+
+def atomic_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
+                 drv: Driver | None = None, blocks: int = 100, threads: int = 1000,
+                 times: int = 1) -> CheckResult:
+    """Every rank adds 1 to every rank's counter (its own included) blocks*threads*times
+    times with system-scope atomics, all ranks at once; each counter must hold exactly
+    world * blocks * threads * times."""
+    drv = drv if drv is not None else default_driver()
+    if kernels is None:
+        return CheckResult("peer atomics", None, "skipped: no check kernels (NVRTC unavailable)")
+    _need(sm, region_bytes(sm.world), "atomic_check")
+    counter = _offsets(sm.world, PATTERN_BYTES)["counter"]
+    expected = sm.world * blocks * threads * times
+    if expected >= 1 << 32:
+        raise ValueError(f"{expected} additions overflow the 32-bit counter")
+
+    def reset() -> None:
+        with device_scope(drv, sm.device):
+            drv.cuMemsetD32(sm.local_ptr + counter, 0, 1)
+            drv.cuCtxSynchronize()
+
+    def add() -> None:
+        with device_scope(drv, sm.device):
+            for r in range(sm.world):
+                kernels.launch("rsar_add_sys_u32", blocks, threads,
+                               [(sm.peer_ptrs[r] + counter, PTR), (times, U32)])
+            drv.cuCtxSynchronize()
+
+    def read() -> int:
+        with device_scope(drv, sm.device):
+            return int(_dtoh(drv, sm.local_ptr + counter, 1)[0])
+
+    agree(bs, "atomic check: reset", reset)
+    agree(bs, "atomic check: add", add)
+    got = agree(bs, "atomic check: read", read)
+    ok = got == expected
+    detail = (f"counter {got} == {expected} ({sm.world} ranks x {blocks}x{threads} threads"
+              f" x {times})" if ok else f"counter {got}, expected {expected}")
+    return CheckResult("peer atomics", ok, detail, data={"got": got, "expected": expected})
+
+
+def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
+                    drv: Driver | None = None) -> CheckResult:
+    """cuMemcpyDtoDAsync of ``nbytes`` from the local buffer to each peer's, timed with
+    CUDA events: one sender at a time (one-way GB/s per peer), then every rank sending
+    to the next at once. ``sm`` needs 2 * nbytes (source half, destination half)."""
+    drv = drv if drv is not None else default_driver()
+    if sm.world == 1:
+        return CheckResult("peer copy bandwidth", None, "skipped: world of 1, no peer")
+    _need(sm, 2 * nbytes, "bandwidth_check")
+    raw = drv.raw
+    me, world = sm.rank, sm.world
+    res: dict[str, Any] = {}
+
+    def setup() -> None:
+        with device_scope(drv, sm.device):
+            res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
+
+    def timed_copy(peer: int) -> float:
+        stream, (ev0, ev1) = res["stream"], res["ev"]
+        src, dst = sm.local_ptr, sm.peer_ptrs[peer] + nbytes
+        drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)  # warm-up: first use sets up paths
+        drv.cuEventRecord(ev0, stream)
+        for _ in range(iters):
+            drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
+        drv.cuEventRecord(ev1, stream)
+        drv.cuEventSynchronize(ev1)
+        ms = float(drv.cuEventElapsedTime(ev0, ev1))
+        return nbytes * iters / (ms * 1e-3) / 1e9
+
+    one_way: dict[str, float] = {}
+    try:
+        agree(bs, "bandwidth: setup", setup)
+        for sender in range(world):
+            def send() -> None:
+                if me != sender:
+                    return
+                with device_scope(drv, sm.device):
+                    for p in range(world):
+                        if p != me:
+                            one_way[str(p)] = timed_copy(p)
+            agree(bs, f"bandwidth: rank {sender} sends", send)
+
+        def all_send() -> float:
+            with device_scope(drv, sm.device):
+                return timed_copy((me + 1) % world)
+
+        concurrent = agree(bs, "bandwidth: all ranks send", all_send)
+    finally:
+        if res:
+            with device_scope(drv, sm.device):
+                for ev in res.get("ev", []):
+                    drv.try_call("cuEventDestroy", ev)
+                if "stream" in res:
+                    drv.try_call("cuStreamDestroy", res["stream"])
+    low = min(one_way.values())
+    detail = (", ".join(f"to rank {p}: {g:.1f} GB/s" for p, g in one_way.items())
+              + f"; all ranks at once: {concurrent:.1f} GB/s each"
+              + f" ({nbytes / (1 << 20):g} MiB x {iters})")
+    return CheckResult("peer copy bandwidth", True, detail, value=round(low, 2), unit="GB/s",
+                       data={"one_way_gbps": one_way, "concurrent_gbps": concurrent,
+                             "bytes": nbytes, "iters": iters})
+
+
+def multicast_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
+                    drv: Driver | None = None, pattern_bytes: int = PATTERN_BYTES) -> CheckResult:
+    """Only on a multicast-mapped SymmetricMemory: ``multimem.ld_reduce`` of every
+    rank's word must equal the sum; a ``multimem.st`` by rank 0 must reach every rank."""
+    drv = drv if drv is not None else default_driver()
+    if sm.transport != "multicast" or not sm.multicast_ptr:
+        return CheckResult("multicast ld_reduce/st", None,
+                           f"skipped: transport is {sm.transport} ({sm.policy_reason})")
+    if kernels is None or not all_true(bs, kernels.has("rsar_mc_st_u32")):
+        return CheckResult("multicast ld_reduce/st", None,
+                           "skipped: multimem kernels unavailable (needs sm_90+ and NVRTC)")
+    _need(sm, region_bytes(sm.world, pattern_bytes), "multicast_check")
+    me, world, n = sm.rank, sm.world, pattern_bytes // 4
+    off = _offsets(world, pattern_bytes)
+    base = 0x5A000000
+    want_sum = np.full(n, world * (world + 1) // 2, dtype=np.uint32)
+    want_st = np.arange(n, dtype=np.uint32) ^ np.uint32(base)
+    out: dict[str, Any] = {}
+
+    def write() -> None:
+        with device_scope(drv, sm.device):
+            _htod(drv, sm.local_ptr + off["own"], np.full(n, me + 1, dtype=np.uint32))
+            drv.cuCtxSynchronize()
+
+    def reduce() -> None:
+        with device_scope(drv, sm.device):
+            kernels.launch("rsar_mc_ld_reduce_u32", _GRID, _BLOCK, [
+                (sm.local_ptr + off["scratch"], PTR), (sm.multicast_ptr + off["own"], PTR),
+                (n, U64)])
+            drv.cuCtxSynchronize()
+            out["reduce"] = _mismatch(_dtoh(drv, sm.local_ptr + off["scratch"], n), want_sum)
+
+    def store() -> None:
+        if me != 0:
+            return
+        with device_scope(drv, sm.device):
+            kernels.launch("rsar_mc_st_u32", _GRID, _BLOCK, [
+                (sm.multicast_ptr + off["slot"](0), PTR), (base, U32), (n, U64)])
+            drv.cuCtxSynchronize()
+
+    def check_store() -> None:
+        with device_scope(drv, sm.device):
+            out["store"] = _mismatch(_dtoh(drv, sm.local_ptr + off["slot"](0), n), want_st)
+
+    agree(bs, "multicast check: write", write)
+    agree(bs, "multicast check: ld_reduce", reduce)
+    agree(bs, "multicast check: st", store)
+    agree(bs, "multicast check: read st", check_store)
+    failed = {k: v for k, v in out.items() if v[0]}
+    detail = ("; ".join(f"{k}: {c} wrong words ({w})" for k, (c, w) in failed.items())
+              if failed else f"ld_reduce sum and rank 0's st exact over {n} words")
+    return CheckResult("multicast ld_reduce/st", not failed, detail,
+                       data={k: v[0] for k, v in out.items()})

@@ -1,0 +1,286 @@
+"""Side-by-side timing of GemmRsAr against cuBLAS + NCCL and torch symm_mem, one run.
+
+    mpirun -n 2 python3 scripts/bench.py --json out.json --md out.md --png out.png
+    mpirun -n 2 python3 scripts/bench.py --quick          # the first-numbers grid
+
+Per shape (x: (M, K) and w: (N, K) on every rank), in the same processes:
+  mm        torch.mm (cuBLAS)                 nccl_rs / nccl_ar  NCCL on a ready (M, N)
+  mm_rs     torch.mm + NCCL reduce-scatter     mm_ar     torch.mm + NCCL all-reduce
+  torch_rs  torch.ops.symm_mem.fused_matmul_reduce_scatter (multicast off)
+  rsar_rs / rsar_ar  GemmRsAr                  gemm_only the same kernel, communication compiled out
+  bound     max(min(mm, gemm_only), bytes sent per rank / measured peer bandwidth)
+Median of --iters timed calls (CUDA events) after warm-up; inputs rotate over sets that
+together exceed L2 several times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GRID = dict(N=[7168, 8192], K=[1024, 4096, 9216],
+            M=[128, 256, 512, 1024, 2048, 4096, 8192, 16384])
+QUICK = dict(N=[7168], K=[1024, 4096], M=[512, 2048, 8192])
+L2_BYTES = 60 * 2**20
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="N=7168, K in {1024,4096}, M in {512,2048,8192}")
+    p.add_argument("--N", type=int, nargs="*")
+    p.add_argument("--K", type=int, nargs="*")
+    p.add_argument("--M", type=int, nargs="*")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--skip", default="", help="comma list of columns not to time")
+    p.add_argument("--json", dest="json_path")
+    p.add_argument("--md", dest="md_path")
+    p.add_argument("--png", dest="png_path")
+    return p.parse_args()
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from mpi4py import MPI
+        import torch
+        import torch.distributed as dist
+        self.torch, self.dist, self.comm = torch, dist, MPI.COMM_WORLD
+        self.rank, self.world = self.comm.Get_rank(), self.comm.Get_size()
+        torch.cuda.set_device(self.rank % torch.cuda.device_count())
+        self.dev = torch.device("cuda", torch.cuda.current_device())
+        port = self.comm.bcast(_free_port() if self.rank == 0 else None)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=self.rank, world_size=self.world, device_id=self.dev)
+        self.group = dist.group.WORLD
+        self.args = args
+        self.skip = set(filter(None, args.skip.split(",")))
+
+    # ---------------------------------------------------------------- timing
+    def time(self, fn, sets: list, iters: int, warmup: int) -> float:
+        torch = self.torch
+        for i in range(warmup):
+            fn(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+        self.comm.Barrier()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            s = sets[i % len(sets)]
+            starts[i].record()
+            fn(*s)
+            ends[i].record()
+        torch.cuda.synchronize()
+        ms = [a.elapsed_time(b) for a, b in zip(starts, ends)]
+        # Ranks can differ by launch skew; report the slower rank, as a step waits for it.
+        return max(self.comm.allgather(statistics.median(ms) * 1e3))
+
+    def peer_bandwidth(self) -> float:
+        """GB/s of a 1 GiB copy from this GPU into the next rank's GPU (rank 0 measures)."""
+        torch = self.torch
+        gbps = 0.0
+        if self.rank == 0 and torch.cuda.device_count() > 1:
+            n = 2**30
+            src = torch.empty(n, dtype=torch.uint8, device=self.dev)
+            dst = torch.empty(n, dtype=torch.uint8, device=torch.device("cuda", 1))
+            for _ in range(3):
+                dst.copy_(src)
+            torch.cuda.synchronize()
+            t = []
+            for _ in range(10):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                dst.copy_(src)
+                b.record()
+                b.synchronize()
+                t.append(a.elapsed_time(b) / 1e3)
+            gbps = n / statistics.median(t) / 1e9
+            del src, dst
+            torch.cuda.empty_cache()
+        return self.comm.bcast(gbps)
+
+    # ---------------------------------------------------------------- one shape
+    def shape(self, M: int, N: int, K: int, ops: dict, bw: float) -> dict:
+        torch, dist = self.torch, self.dist
+        from rsar_core.reference import rank_inputs
+        W = self.world
+        Mp = -(-M // W) * W
+        per = (M * K + N * K) * 2
+        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / per)))
+        sets = [rank_inputs(1000 + i, self.rank, M, N, K, self.dev) for i in range(nsets)]
+        padded = [(torch.nn.functional.pad(x, (0, 0, 0, Mp - M)), w) for x, w in sets]
+        full = torch.randn(Mp, N, device=self.dev).to(torch.bfloat16)
+        rs_out = torch.empty(Mp // W, N, dtype=torch.bfloat16, device=self.dev)
+        it, wu = self.args.iters, self.args.warmup
+        t: dict[str, float] = {}
+
+        def mm(x, w):
+            return torch.mm(x, w.t())
+
+        def mm_rs(x, w):
+            dist.reduce_scatter_tensor(rs_out, torch.mm(x, w.t()))
+
+        def mm_ar(x, w):
+            dist.all_reduce(torch.mm(x, w.t()))
+
+        cols = {
+            "mm": (mm, sets),
+            "nccl_rs": (lambda x, w: dist.reduce_scatter_tensor(rs_out, full), sets),
+            "nccl_ar": (lambda x, w: dist.all_reduce(full[:M]), sets),
+            "mm_rs": (mm_rs, padded),
+            "mm_ar": (mm_ar, sets),
+            "torch_rs": (lambda x, w: torch.ops.symm_mem.fused_matmul_reduce_scatter(
+                x, w.t(), "sum", 0, self.group.group_name), padded),
+            "rsar_rs": (ops["rs"], sets),
+            "rsar_ar": (ops["ar"], sets),
+            "gemm_only": (ops["rs"].gemm_only, sets),
+        }
+        for name, (fn, s) in cols.items():
+            if name in self.skip:
+                continue
+            try:
+                t[name] = self.time(fn, s, it, wu)
+            except Exception as e:  # an anchor that cannot run here is reported, not fatal
+                if self.rank == 0:
+                    print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
+                          file=sys.stderr)
+        for op in ops.values():
+            op.check()
+        gemm_best = min(v for k, v in t.items() if k in ("mm", "gemm_only"))
+        rs_bytes = M * N * 2 * (W - 1) / W
+        link_rs = rs_bytes / (bw * 1e9) * 1e6 if bw else 0.0
+        row = dict(M=M, N=N, K=K, world=W, us=t, peer_gbps=bw,
+                   bound_rs=max(gemm_best, link_rs), bound_ar=max(gemm_best, 2 * link_rs))
+        row["ratios"] = _ratios(t, row)
+        return row
+
+    def run(self) -> list[dict]:
+        from rsar_core import GemmRsAr
+        a = self.args
+        grid = dict(QUICK if a.quick else GRID)
+        for k in ("N", "K", "M"):
+            if getattr(a, k):
+                grid[k] = getattr(a, k)
+        try:
+            import torch.distributed._symmetric_memory as symm
+            symm.enable_symm_mem_for_group(self.group.group_name)
+        except Exception as e:
+            if self.rank == 0:
+                print(f"torch symm_mem unavailable: {e}", file=sys.stderr)
+        bw = self.peer_bandwidth()
+        rows = []
+        total = len(grid["N"]) * len(grid["K"]) * len(grid["M"])
+        t0 = time.time()
+        for N in grid["N"]:
+            ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm)
+                   for m in ("rs", "ar")}
+            for K in grid["K"]:
+                for M in grid["M"]:
+                    rows.append(self.shape(M, N, K, ops, bw))
+                    if self.rank == 0:
+                        r = rows[-1]["ratios"]
+                        print(f"[{len(rows)}/{total} {time.time() - t0:.0f}s] M={M} N={N} K={K} "
+                              f"rs x{r.get('rs_speedup', float('nan')):.2f} "
+                              f"ar x{r.get('ar_speedup', float('nan')):.2f}",
+                              file=sys.stderr, flush=True)
+            for op in ops.values():
+                op.close()
+        return rows
+
+
+def _ratios(t: dict, row: dict) -> dict:
+    r = {}
+
+    def ratio(name, a, b):
+        if a in t and b in t and t[b] > 0:
+            r[name] = t[a] / t[b]
+    ratio("rs_speedup", "mm_rs", "rsar_rs")
+    ratio("ar_speedup", "mm_ar", "rsar_ar")
+    ratio("vs_torch_rs", "torch_rs", "rsar_rs")
+    ratio("gemm_vs_cublas", "mm", "gemm_only")
+    if "rsar_rs" in t:
+        r["rs_over_bound"] = t["rsar_rs"] / row["bound_rs"]
+    if "rsar_ar" in t:
+        r["ar_over_bound"] = t["rsar_ar"] / row["bound_ar"]
+    return r
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+COLS = ["mm", "nccl_rs", "nccl_ar", "mm_rs", "mm_ar", "torch_rs", "gemm_only", "rsar_rs", "rsar_ar"]
+RATIOS = ["rs_speedup", "ar_speedup", "vs_torch_rs", "gemm_vs_cublas", "rs_over_bound", "ar_over_bound"]
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| M | N | K | " + " | ".join(COLS) + " | bound_rs | " + " | ".join(RATIOS) + " |"
+    lines = [head, "|" + "---|" * (4 + len(COLS) + len(RATIOS))]
+    for r in rows:
+        cells = [str(r["M"]), str(r["N"]), str(r["K"])]
+        cells += [f"{r['us'][c]:.1f}" if c in r["us"] else "-" for c in COLS]
+        cells += [f"{r['bound_rs']:.1f}"]
+        cells += [f"{r['ratios'][c]:.2f}" if c in r["ratios"] else "-" for c in RATIOS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for c in RATIOS:
+        lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, key, title in ((axes[0], "rs_speedup", "RS"), (axes[1], "ar_speedup", "AR")):
+        for N in sorted({r["N"] for r in rows}):
+            for K in sorted({r["K"] for r in rows}):
+                pts = [(r["M"], r["ratios"][key]) for r in rows
+                       if r["N"] == N and r["K"] == K and key in r["ratios"]]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=f"N={N} K={K}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M")
+        ax.set_title(f"GemmRsAr {title}: speedup over torch.mm + NCCL")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("speedup (x)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    args = parse()
+    b = Bench(args)
+    rows = b.run()
+    if b.rank == 0:
+        md = markdown(rows)
+        print(md)
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps(rows, indent=1))
+        if args.md_path:
+            Path(args.md_path).write_text(md)
+        if args.png_path:
+            plot(rows, args.png_path)
+    b.dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

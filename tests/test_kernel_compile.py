@@ -1,0 +1,56 @@
+"""Every sm90 kernel variant compiles for sm_90a on this (GPU-less) machine, and its PTX
+carries the instructions the variant exists for."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from launch.cache import KernelCache, Variant, compile_variant  # noqa: E402
+
+VARIANTS = [
+    Variant("sm_90a", 256, 2, "rs", "unicast"),
+    Variant("sm_90a", 128, 2, "ar", "unicast"),
+    Variant("sm_90a", 128, 4, "rs", "multicast"),
+    Variant("sm_90a", 256, 2, "ar", "multicast"),
+    Variant("sm_90a", 256, 2, "gemm", "unicast"),
+]
+
+
+@pytest.fixture(scope="module")
+def ptx_of():
+    out = {}
+
+    def get(v: Variant) -> str:
+        if v not in out:
+            out[v] = compile_variant(v, keep_ptx=True).artifacts.PTX
+        return out[v]
+    return get
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
+def test_variant_ptx(ptx_of, v):
+    ptx = ptx_of(v)
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+    if v.mode == "gemm":
+        assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
+        return
+    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+    if v.transport == "multicast":
+        assert "multimem.ld_reduce" in ptx
+        if v.mode == "ar":
+            assert "multimem.st" in ptx
+    else:
+        assert "multimem" not in ptx
+
+
+def test_cache_compiles_each_variant_once():
+    calls = []
+    cache = KernelCache(lambda v: calls.append(v) or object())
+    v = VARIANTS[0]
+    a = cache.get(v)
+    assert cache.get(v) is a and cache.get(Variant(*[getattr(v, f) for f in ("arch", "bn", "world", "mode", "transport")])) is a
+    cache.get(VARIANTS[1])
+    assert calls == [v, VARIANTS[1]] and cache.compile_count == 2

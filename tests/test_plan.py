@@ -1,0 +1,128 @@
+"""The tile plan and ownership rules, on the CPU, for world sizes 2..16."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from launch.plan import BM, make_plan, max_recv_slots
+
+WORLDS = [2, 4, 8, 16]
+MS = [1, 2, 7, 127, 128, 129, 200, 255, 1000, 1023, 2048, 4095, 8191, 8192]
+
+
+def _plans(mode, Ns=(128, 384, 7168)):
+    for world, M, N in itertools.product(WORLDS, MS, Ns):
+        yield make_plan(M, N, 1024, world, 132, mode)
+
+
+def test_plan_is_pure_and_bounded():
+    a = make_plan(1000, 7168, 4096, 2, 132, "rs")
+    assert a == make_plan(1000, 7168, 4096, 2, 132, "rs")
+    for p in _plans("rs"):
+        assert p.grid == min(p.num_tiles, p.sm_count)
+        assert p.tiles_m * BM >= p.padded_M >= p.M
+        assert p.padded_M % p.world == 0 and p.padded_M - p.M < p.world
+        assert p.N % p.bn == 0
+
+
+def test_bn_choice():
+    assert make_plan(128, 7168, 1024, 2, 132, "rs").bn == 128  # 28 tiles at BN=256: too few
+    assert make_plan(8192, 7168, 1024, 2, 132, "rs").bn == 256
+    assert make_plan(8192, 384, 1024, 2, 132, "rs").bn == 128  # 384 % 256 != 0
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_rs_every_row_has_one_owner_and_tiles_span_owners(world):
+    spans = 0
+    for M in MS:
+        p = make_plan(M, 384, 64, world, 132, "rs")
+        owners = [p.row_owner(r) for r in range(p.padded_M)]
+        for r in range(world):
+            assert owners.count(r) == p.local_M
+        for t in range(p.num_tiles):
+            tm = t // p.tiles_n
+            rows = range(tm * BM, min(tm * BM + BM, p.padded_M))
+            assert sorted({p.row_owner(g) for g in rows}) == p.tile_owners(t)
+            spans += len(p.tile_owners(t)) > 1
+    if world > 2:
+        assert spans > 0  # the suite does exercise tiles shared by several owners
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+@pytest.mark.parametrize("world", WORLDS)
+def test_receive_slots_unique_and_in_bounds(mode, world):
+    for N in (128, 7168):
+        bound_M = 8192
+        for M in MS:
+            p = make_plan(M, N, 64, world, 132, mode)
+            bound = max_recv_slots(bound_M, N, world, p.bn)
+            for o in range(world):
+                slots = [p.recv_slot(o, t) for t in range(p.num_tiles) if o in p.tile_owners(t)]
+                assert len(slots) == len(set(slots)), "two tiles share a receive slot"
+                assert all(0 <= s < bound for s in slots), (M, o, slots[:3], bound)
+            for src, o in itertools.product(range(world), repeat=2):
+                if src != o:
+                    assert 0 <= p.src_index(src, o, world) < world - 1
+            assert len({p.src_index(s, 0, world) for s in range(1, world)}) == world - 1
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_ar_ownership_balanced(world):
+    for p in _plans("ar"):
+        if p.world != world:
+            continue
+        counts = [0] * world
+        for t in range(p.num_tiles):
+            counts[p.tile_owner(t)] += 1
+            assert p.ar_start(p.tile_owner(t)) <= t
+        assert max(counts) - min(counts) <= 1
+        assert sum(counts) == p.num_tiles
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_order_puts_peer_tiles_first(mode):
+    for p in _plans(mode):
+        for rank in range(p.world):
+            order = p.tile_order(rank)
+            assert sorted(order) == list(range(p.num_tiles))
+            own = [i for i, t in enumerate(order) if p.tile_owners(t) == [rank]]
+            foreign = [i for i, t in enumerate(order) if rank not in p.tile_owners(t)]
+            if own and foreign:
+                # tiles owned by this rank alone come after every tile it does not touch
+                assert min(own) > max(foreign) or p.num_tiles < p.world * 2
+            cover = set()
+            for c in range(p.grid):
+                cover.update(p.cta_tiles(rank, c))
+            assert cover == set(range(p.num_tiles))
+
+
+def test_simulated_exchange_sums_exactly():
+    """Run the push / reduce data movement of the unicast protocol on integers."""
+    import random
+    rng = random.Random(5)
+    for mode, world, M in [("rs", 2, 300), ("rs", 4, 1000), ("rs", 8, 129), ("ar", 4, 700),
+                           ("ar", 8, 1), ("rs", 16, 2048)]:
+        p = make_plan(M, 256, 64, world, 20, mode)
+        part = {(r, g): rng.randint(-9, 9) for r in range(world) for g in range(p.padded_M)}
+        recv = {}
+        for src in range(world):
+            for t in p.tile_order(src):
+                tm = t // p.tiles_n
+                for g in range(tm * BM, min(tm * BM + BM, p.padded_M if mode == "rs" else M)):
+                    o = p.row_owner(g) if mode == "rs" else p.tile_owner(t)
+                    if o != src:
+                        key = (o, p.src_index(src, o, world), p.recv_slot(o, t), g % BM)
+                        assert key not in recv
+                        recv[key] = part[(src, g)]
+        for o in range(world):
+            for t in range(p.num_tiles):
+                if o not in p.tile_owners(t):
+                    continue
+                tm = t // p.tiles_n
+                for g in range(tm * BM, min(tm * BM + BM, p.padded_M if mode == "rs" else M)):
+                    if mode == "rs" and p.row_owner(g) != o:
+                        continue
+                    total = part[(o, g)] + sum(
+                        recv[(o, s, p.recv_slot(o, t), g % BM)] for s in range(world - 1))
+                    assert total == sum(part[(r, g)] for r in range(world))
