@@ -3,7 +3,8 @@
     CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
     ARRIVE  u32 stamps [tile][src]: src has delivered its partial of tile for epoch e (value e+1)
     RESULT  u32 stamps [tile]: the owner has broadcast the reduced tile (AR)
-    RECV    (unicast) world-1 regions, one per peer, of tile-contiguous bf16 partial slots
+    RECV    (unicast) world regions of tile-contiguous bf16 partial slots: one per peer, and
+            a last one where a rank parks its own rows of a tile it shares with other owners
     PART    (multicast) this rank's own partial tiles, reduced in place by multimem.ld_reduce
     OUT     (AR) reduced tiles broadcast by their owners, tile-contiguous
 
@@ -57,7 +58,7 @@ class WorkspaceLayout:
         recv_off = part_off = 0
         if transport == "unicast":
             recv_off = off
-            off = _up(off + (world - 1) * region)
+            off = _up(off + world * region)
         else:
             part_off = off
             off = _up(off + rows_bytes)

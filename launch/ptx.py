@@ -155,3 +155,11 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
     """Read-only 8-byte load (the peer-pointer table does not change while a kernel runs)."""
     return Int64(_asm(T.i64(), [_v(addr, Int64, loc, ip)],
                       "ld.global.nc.b64 $0, [$1];", "=l,l", loc, ip))
+
+
+@dsl_user_op
+def ld_shared_v4(addr, *, loc=None, ip=None):
+    """16-byte shared-memory load at a 32-bit shared-window address."""
+    s = _asm(_struct(4, "i32"), [_v(addr, Int32, loc, ip)],
+             "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))

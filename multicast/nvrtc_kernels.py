@@ -33,9 +33,13 @@ SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
-extern "C" __global__ void rsar_copy_u32(u32* __restrict__ dst, const u32* __restrict__ src, u64 n) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-    dst[i] = src[i];
+#define GRID_STRIDE(i, n)                                       \
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (u64)gridDim.x * blockDim.x)
+
+extern "C" __global__ void rsar_copy_u32(u32* __restrict__ dst, const u32* __restrict__ src,
+                                         u64 n) {
+  GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
 extern "C" __global__ void rsar_add_sys_u32(u32* counter, u32 times) {
@@ -44,7 +48,7 @@ extern "C" __global__ void rsar_add_sys_u32(u32* counter, u32 times) {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 extern "C" __global__ void rsar_mc_ld_reduce_u32(u32* __restrict__ dst, const u32* mc, u64 n) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     u32 v;
     asm volatile("multimem.ld_reduce.relaxed.sys.global.add.u32 %0, [%1];"
                  : "=r"(v) : "l"(mc + i) : "memory");
@@ -53,7 +57,7 @@ extern "C" __global__ void rsar_mc_ld_reduce_u32(u32* __restrict__ dst, const u3
 }
 
 extern "C" __global__ void rsar_mc_st_u32(u32* mc, u32 base, u64 n) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+  GRID_STRIDE(i, n)
     asm volatile("multimem.st.relaxed.sys.global.b32 [%0], %1;"
                  :: "l"(mc + i), "r"(base ^ (u32)i) : "memory");
 }
@@ -107,7 +111,9 @@ def compile_for(major: int, minor: int) -> tuple[bytes, str]:
                                          nvrtc.nvrtcGetSupportedArchs())]
     except Exception as e:
         if _missing_library(e) or isinstance(e, ImportError):
-            raise CudaDriverError("nvrtcGetSupportedArchs", -1, NVRTC_NOT_FOUND, str(e)) from e
+            raise CudaDriverError("nvrtcGetSupportedArchs", -1, NVRTC_NOT_FOUND,
+                                  "libnvrtc could not be loaded (it comes with the "
+                                  "nvidia-cuda-nvrtc wheel or a CUDA toolkit)") from e
         raise
     if cc in archs:
         opts, kind = [f"--gpu-architecture=sm_{cc}".encode()], "cubin"

@@ -19,7 +19,6 @@ Buffer layout used (``region_bytes`` gives the size to allocate), P = pattern by
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
@@ -28,15 +27,14 @@ import numpy as np
 from .agree import agree, all_true
 from .bootstrap import Bootstrap
 from .driver import Driver, default_driver
-from .errors import CudaDriverError
+from .handles import FABRIC, device_supports, handle_type
 from .nvrtc_kernels import PTR, U32, U64, KernelModule
 
 __all__ = [
     "CheckResult", "PATTERN_BYTES", "region_bytes", "pattern", "device_scope",
-    "load_kernels", "pattern_check", "atomic_check", "bandwidth_check", "multicast_check",
+    "load_kernels", "fabric_export", "pattern_check", "atomic_check", "bandwidth_check",
+    "multicast_check",
 ]
-
-log = logging.getLogger("rsar.multicast")
 
 PATTERN_BYTES = 1 << 20
 COUNTER_BYTES = 4096
@@ -74,12 +72,11 @@ def _offsets(world: int, p: int) -> dict[str, Any]:
     return {"own": 0, "scratch": p, "slot": lambda q: (2 + q) * p, "counter": (2 + world) * p}
 
 
-def pattern(writer: int, nwords: int, salt: int = 0) -> np.ndarray:
+def pattern(writer: int, nwords: int) -> np.ndarray:
     """32-bit words that differ by position and by writer, so a word read from the wrong
     rank, the wrong offset or a stale buffer shows."""
     i = np.arange(nwords, dtype=np.uint64)
-    mixed = (i * np.uint64(2654435761) + np.uint64((writer + 1) * 40503 + salt)) & np.uint64(
-        0xFFFFFFFF)
+    mixed = (i * np.uint64(2654435761) + np.uint64((writer + 1) * 40503)) & np.uint64(0xFFFFFFFF)
     return mixed.astype(np.uint32) ^ np.uint32((writer & 0xFF) << 24)
 
 
@@ -128,8 +125,8 @@ def load_kernels(bs: Bootstrap, device: int,
         with device_scope(drv, device):
             try:
                 return KernelModule(device, drv), ""
-            except CudaDriverError as e:
-                return None, str(e)
+            except Exception as e:  # no NVRTC, an unknown architecture: skip, say why
+                return None, f"{type(e).__name__}: {e}"
 
     km, why = agree(bs, "load check kernels", load)
     if all_true(bs, km is not None):
@@ -138,6 +135,36 @@ def load_kernels(bs: Bootstrap, device: int,
         with device_scope(drv, device):
             km.unload()
     return None, why or "check kernels unavailable on a peer rank"
+
+
+def fabric_export(device: int, drv: Driver | None = None) -> dict[str, Any]:
+    """Can this device create and export a FABRIC handle? A local probe: one minimum-size
+    allocation, created, exported and released at once. The usual refusal is
+    CUDA_ERROR_NOT_PERMITTED, when the process may use no IMEX channel."""
+    drv = drv if drv is not None else default_driver()
+    if not device_supports(drv, device, FABRIC):
+        return {"exported": False, "error": "device reports no fabric handle support"}
+    raw = drv.raw
+    prop = raw.CUmemAllocationProp()
+    prop.type = raw.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = raw.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = device
+    prop.requestedHandleTypes = handle_type(drv, FABRIC)
+    with device_scope(drv, device):
+        ok, gran = drv.try_call("cuMemGetAllocationGranularity", prop,
+                                raw.CUmemAllocationGranularity_flags
+                                .CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+        if not ok:
+            return {"exported": False, "error": f"cuMemGetAllocationGranularity: {gran}"}
+        ok, handle = drv.try_call("cuMemCreate", int(gran), prop, 0)
+        if not ok:
+            return {"exported": False, "error": f"cuMemCreate: {handle}"}
+        try:
+            ok, out = drv.try_call("cuMemExportToShareableHandle", handle,
+                                   handle_type(drv, FABRIC), 0)
+        finally:
+            drv.cuMemRelease(handle)
+    return {"exported": ok, "error": None if ok else f"cuMemExportToShareableHandle: {out}"}
 
 
 def _need(sm: Any, nbytes: int, what: str) -> None:
@@ -293,7 +320,7 @@ def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
     try:
         agree(bs, "bandwidth: setup", setup)
         for sender in range(world):
-            def send() -> None:
+            def send(sender: int = sender) -> None:
                 if me != sender:
                     return
                 with device_scope(drv, sm.device):
@@ -331,7 +358,10 @@ def multicast_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
     if sm.transport != "multicast" or not sm.multicast_ptr:
         return CheckResult("multicast ld_reduce/st", None,
                            f"skipped: transport is {sm.transport} ({sm.policy_reason})")
-    if kernels is None or not all_true(bs, kernels.has("rsar_mc_st_u32")):
+    if kernels is not None:
+        with device_scope(drv, sm.device):
+            has_mc = kernels.has("rsar_mc_st_u32")
+    if kernels is None or not all_true(bs, has_mc):
         return CheckResult("multicast ld_reduce/st", None,
                            "skipped: multimem kernels unavailable (needs sm_90+ and NVRTC)")
     _need(sm, region_bytes(sm.world, pattern_bytes), "multicast_check")

@@ -82,6 +82,18 @@ class Bench:
         # Ranks can differ by launch skew; report the slower rank, as a step waits for it.
         return max(self.comm.allgather(statistics.median(ms) * 1e3))
 
+    def host_time(self, fn, sets: list, n: int = 100) -> float:
+        """CPU microseconds per call: what a caller pays before the GPU sees the launch."""
+        torch = self.torch
+        torch.cuda.synchronize()
+        self.comm.Barrier()
+        t0 = time.perf_counter()
+        for i in range(n):
+            fn(*sets[i % len(sets)])
+        dt = (time.perf_counter() - t0) / n * 1e6
+        torch.cuda.synchronize()
+        return max(self.comm.allgather(dt))
+
     def peer_bandwidth(self) -> float:
         """GB/s of a 1 GiB copy from this GPU into the next rank's GPU (rank 0 measures)."""
         torch = self.torch
@@ -151,6 +163,9 @@ class Bench:
                 if self.rank == 0:
                     print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
                           file=sys.stderr)
+        for name in ("rsar_rs", "mm_rs"):
+            if name in cols and name not in self.skip:
+                t[name + "_host"] = self.host_time(cols[name][0], cols[name][1])
         for op in ops.values():
             op.check()
         gemm_best = min(v for k, v in t.items() if k in ("mm", "gemm_only"))
@@ -223,7 +238,8 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
-COLS = ["mm", "nccl_rs", "nccl_ar", "mm_rs", "mm_ar", "torch_rs", "gemm_only", "rsar_rs", "rsar_ar"]
+COLS = ["mm", "nccl_rs", "nccl_ar", "mm_rs", "mm_ar", "torch_rs", "gemm_only", "rsar_rs", "rsar_ar",
+        "rsar_rs_host", "mm_rs_host"]
 RATIOS = ["rs_speedup", "ar_speedup", "vs_torch_rs", "gemm_vs_cublas", "rs_over_bound", "ar_over_bound"]
 
 

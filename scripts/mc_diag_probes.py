@@ -89,7 +89,9 @@ def nvrtc_version() -> dict[str, Any]:
             return {"version": None, "error": getattr(status, "name", str(status))}
         return {"version": f"{major}.{minor}", "error": None}
     except Exception as e:
-        return {"version": None, "error": _err(e).splitlines()[0]}
+        if any(c.__name__ == "DynamicLibNotFoundError" for c in type(e).__mro__):
+            return {"version": None, "error": "libnvrtc not found"}
+        return {"version": None, "error": _err(e).splitlines()[0][:160]}
 
 
 class _NvmlApi:
@@ -156,7 +158,7 @@ def nvml_info(pci_bus_id: str | None) -> dict[str, Any]:
                            "fabric": None, "errors": {}}
     try:
         api = _NvmlApi()
-    except ImportError as e:
+    except Exception as e:  # ImportError, or a bindings module that fails while loading
         out["errors"]["nvml"] = f"no NVML bindings (pip install nvidia-ml-py): {_err(e)}"
         return out
     out["source"] = api.source
@@ -196,8 +198,8 @@ def nvml_info(pci_bus_id: str | None) -> dict[str, Any]:
                     entry["error"] = _err(e)
             links.append(entry)
         if links:
-            versions = sorted({str(l["version"]) for l in links if l.get("version")})
-            out["nvlink"] = {"links": len(links), "active": sum(l["active"] for l in links),
+            versions = sorted({str(e["version"]) for e in links if e.get("version")})
+            out["nvlink"] = {"links": len(links), "active": sum(e["active"] for e in links),
                              "versions": versions}
         try:
             out["fabric"] = api.fabric(h)
