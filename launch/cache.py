@@ -36,7 +36,7 @@ def kernel_for(v: Variant) -> Any:
 
 
 # Argument kinds of the compiled host function, in order (see Sm90FusedKernel.__call__).
-ARG_KINDS = (["i64"] * 3 + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 5 + ["i64"] + ["i64"] * 6
+ARG_KINDS = (["i64"] * 3 + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"] + ["i64"] * 6
              + ["stream"])
 
 
@@ -45,7 +45,7 @@ def example_args() -> list:
     import cuda.bindings.driver as cuda
     import cutlass
     i64, i32 = cutlass.Int64, cutlass.Int32
-    return ([i64(0)] * 3 + [i32(128), i32(128), i32(64)] + [i64(0)] * 4 + [i32(0)] * 5
+    return ([i64(0)] * 3 + [i32(128), i32(128), i32(64)] + [i64(0)] * 4 + [i32(0)] * 7
             + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
 
 

@@ -99,8 +99,8 @@ class Sm90FusedKernel:
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
-        rank: Int32, local_M: Int32, padded_M: Int32, rot: Int32, grid: Int32,
-        timeout_ns: Int64,
+        rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
+        grid: Int32, timeout_ns: Int64,
         arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
         part_off: Int64, out_off: Int64,
         stream: cuda.CUstream,
@@ -133,7 +133,8 @@ class Sm90FusedKernel:
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, self.tiled_mma, self.a_smem_staged, self.b_smem_staged,
             out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
-            rot, timeout_ns, arrive_off, result_off, recv_off, region_bytes, part_off, out_off,
+            chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
+            part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(1, 1, 1),
                  min_blocks_per_mp=1, stream=stream)
 
@@ -146,8 +147,8 @@ class Sm90FusedKernel:
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
         out_addr: Int64, M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
-        rank: Int32, local_M: Int32, padded_M: Int32, rot: Int32, timeout_ns: Int64,
-        arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
+        rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
+        timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
         part_off: Int64, out_off: Int64,
     ):
         tidx, _, _ = cute.arch.thread_idx()
@@ -205,35 +206,33 @@ class Sm90FusedKernel:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
-                i = cta
-                while i < num_tiles:
-                    t = i + rot
-                    if t >= num_tiles:
-                        t = t - num_tiles
-                    tm = t // tiles_n
-                    tn = t - tm * tiles_n
-                    tAgA_t = tAgA[(None, tm, None)]
-                    tBgB_t = tBgB[(None, tn, None)]
-                    prod.reset_count()
-                    for _k in range(k_tiles):
-                        ab_pipe.producer_acquire(prod)
-                        cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
-                                  tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                        cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
-                                  tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                        ab_pipe.producer_commit(prod)
-                        prod.advance()
-                    i = i + num_ctas
+                for rnd in range(rounds):
+                    t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                        local_M)
+                    if t >= Int32(0):
+                        tm = t // tiles_n
+                        tn = t - tm * tiles_n
+                        tAgA_t = tAgA[(None, tm, None)]
+                        tBgB_t = tBgB[(None, tn, None)]
+                        prod.reset_count()
+                        for _k in range(k_tiles):
+                            ab_pipe.producer_acquire(prod)
+                            cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
+                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                            cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
+                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                            ab_pipe.producer_commit(prod)
+                            prod.advance()
                 ab_pipe.producer_tail(prod)
             else:
-                self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_n, epi_pipe, sC_ptr,
-                                out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank, local_M,
-                                padded_M, rot, timeout_ns, arrive_off, result_off, recv_off,
-                                region_bytes, part_off, out_off)
+                self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
+                                sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
+                                local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
+                                result_off, recv_off, region_bytes, part_off, out_off)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
-            self._mma_role(tidx - 128, wg_idx, cta, num_ctas, num_tiles, tiles_n, k_tiles,
-                           tiled_mma, sA, sB, sC, ab_pipe, epi_pipe)
+            self._mma_role(tidx - 128, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M,
+                           chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe, epi_pipe)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
@@ -243,8 +242,8 @@ class Sm90FusedKernel:
 
     # ------------------------------------------------------------------ MMA warp groups
     @cute.jit
-    def _mma_role(self, mtid, wg_idx, cta, num_ctas, num_tiles, tiles_n, k_tiles,
-                  tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe, epi_pipe):
+    def _mma_role(self, mtid, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
+                  rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe, epi_pipe):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -266,42 +265,77 @@ class Sm90FusedKernel:
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
-        i = cta
-        while i < num_tiles:
-            read_state.reset_count()
-            rel_state.reset_count()
-            acc.fill(0.0)
-            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-            cute.nvgpu.warpgroup.fence()
-            ab_pipe.consumer_wait(read_state)
-            for kb in cutlass.range_constexpr(num_k_blocks):
-                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                          tCrB[(None, None, kb, read_state.index)], acc)
-            cute.nvgpu.warpgroup.commit_group()
-            read_state.advance()
-            for _k in range(1, k_tiles):
+        for rnd in range(rounds):
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+            if t >= Int32(0):
+                read_state.reset_count()
+                rel_state.reset_count()
+                acc.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                cute.nvgpu.warpgroup.fence()
                 ab_pipe.consumer_wait(read_state)
                 for kb in cutlass.range_constexpr(num_k_blocks):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
                               tCrB[(None, None, kb, read_state.index)], acc)
                 cute.nvgpu.warpgroup.commit_group()
-                cute.nvgpu.warpgroup.wait_group(1)
+                read_state.advance()
+                for _k in range(1, k_tiles):
+                    ab_pipe.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
+                                  tCrB[(None, None, kb, read_state.index)], acc)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    ab_pipe.consumer_release(rel_state)
+                    rel_state.advance()
+                    read_state.advance()
+                cute.nvgpu.warpgroup.wait_group(0)
                 ab_pipe.consumer_release(rel_state)
                 rel_state.advance()
-                read_state.advance()
-            cute.nvgpu.warpgroup.wait_group(0)
-            ab_pipe.consumer_release(rel_state)
-            rel_state.advance()
 
-            for e in cutlass.range_constexpr(self.num_sub):
-                for v in cutlass.range_constexpr(size_rD):
-                    tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                tRS_rD_out.store(tRS_rD.load().to(BF16))
-                epi_pipe.producer_acquire(epi_state)
-                cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
-                epi_pipe.producer_commit(epi_state)
-                epi_state.advance()
-            i = i + num_ctas
+                for e in cutlass.range_constexpr(self.num_sub):
+                    for v in cutlass.range_constexpr(size_rD):
+                        tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+                    tRS_rD_out.store(tRS_rD.load().to(BF16))
+                    epi_pipe.producer_acquire(epi_state)
+                    cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
+                    epi_pipe.producer_commit(epi_state)
+                    epi_state.advance()
+
+    # ------------------------------------------------------------------ schedule (mirrors launch.plan)
+    @cute.jit
+    def _list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
+        s = Int32(0)
+        if cutlass.const_expr(self.mode == "ar"):
+            s = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
+        if cutlass.const_expr(self.mode == "rs"):
+            s = cutlass.min((o * local_M + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
+        return s
+
+    @cute.jit
+    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
+        """The tile this CTA computes in round ``rnd``, or -1 (see ``TilePlan.scheduled``)."""
+        t = Int32(-1)
+        if cutlass.const_expr(self.mode == "gemm"):
+            t = rnd * chunk + cta
+            if t >= num_tiles:
+                t = Int32(-1)
+        else:
+            part = cta // chunk
+            j = cta - part * chunk
+            o = rank
+            k = rnd - lag
+            if part < Int32(self.world - 1):
+                o = (rank + Int32(1) + part) % Int32(self.world)
+                k = rnd
+            start = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
+            end = self._list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
+            if o + Int32(1) == Int32(self.world):
+                end = num_tiles
+            idx = k * chunk + j
+            if (k >= Int32(0)) & (idx < end - start):
+                t = start + idx
+        return t
 
     # ------------------------------------------------------------------ communication warps
     @cute.jit
@@ -335,10 +369,10 @@ class Sm90FusedKernel:
         return s
 
     @cute.jit
-    def _comm_role(self, ctid, cta, num_ctas, num_tiles, tiles_n, epi_pipe, sC_ptr,
+    def _comm_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe, sC_ptr,
                    out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
-                   rot, timeout_ns, arrive_off, result_off, recv_off, region_bytes, part_off,
-                   out_off):
+                   chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
+                   part_off, out_off):
         epoch = Int32(0)
         if cutlass.const_expr(self.comm):
             epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
@@ -353,112 +387,196 @@ class Sm90FusedKernel:
         self_region = Int64(self.world - 1) * region_bytes
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
 
-        i = cta
-        while i < num_tiles:
-            t = i + rot
-            if t >= num_tiles:
-                t = t - num_tiles
-            tm = t // tiles_n
-            tn = t - tm * tiles_n
-            m0 = tm * Int32(BM)
-            cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
-            own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
-            # direct: sum straight from the sub-tile ring (a tile only this rank owns, unicast)
-            if cutlass.const_expr(not self.comm):
-                direct = True
-            elif cutlass.const_expr(self.multicast):
-                direct = False
-            else:
-                direct = cls == Int32(_OWN)
-                if direct:
-                    # the peers' partials must all be in before the first sum
-                    if ctid == 0:
-                        self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr, rank,
-                                            epoch, False)
-                    self.comm_bar.arrive_and_wait()
+        for rnd in range(rounds):
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+            if t >= Int32(0):
+                tm = t // tiles_n
+                tn = t - tm * tiles_n
+                m0 = tm * Int32(BM)
+                cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+                own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
+                # direct: sum straight from the sub-tile ring (a tile only this rank owns, unicast)
+                if cutlass.const_expr(not self.comm):
+                    direct = True
+                elif cutlass.const_expr(self.multicast):
+                    direct = False
+                else:
+                    direct = cls == Int32(_OWN)
+                    if direct:
+                        # the peers' partials must all be in before the first sum
+                        if ctid == 0:
+                            self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr,
+                                                rank, epoch, False)
+                        self.comm_bar.arrive_and_wait()
+                own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
 
-            for e in cutlass.range_constexpr(self.num_sub):
-                epi_pipe.consumer_wait(epi_state)
-                slot_smem = smem_base + Int32(0) + epi_state.index * Int32(BM * _EPI_PITCH * 2)
-                for j in cutlass.range_constexpr(_CHUNK_ITERS):
-                    c = ctid + Int32(j * _COMM_THREADS)
-                    if c < Int32(_SUB_CHUNKS):
-                        row = c // Int32(4)
-                        cc = c - row * Int32(4)
-                        grow = m0 + row
-                        v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + row * Int32(_EPI_PITCH * 2) + cc * Int32(16))
-                        sub_off = Int64(e * _SUB_BYTES) + Int64(c) * Int64(16)
-                        col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
-                        if grow < rows_end:
-                            if cutlass.const_expr(not self.comm):
-                                ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2), v0, v1, v2, v3)
-                            elif cutlass.const_expr(self.multicast):
-                                ptx.st_v4(ws + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
-                            else:
-                                dest = o_lo
-                                if cutlass.const_expr(self.mode == "rs"):
-                                    dest = grow // local_M
-                                if dest != rank:
-                                    slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
-                                    src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
-                                    ptx.st_v4(protocol.peer_base(peer_tab, dest) + recv_off
-                                              + Int64(src_idx) * region_bytes
-                                              + Int64(slot) * Int64(self.tile_bytes) + sub_off,
-                                              v0, v1, v2, v3)
-                                elif direct:
-                                    self._reduce_store(v0, v1, v2, v3, ws + recv_off
-                                                       + Int64(own_slot) * Int64(self.tile_bytes) + sub_off,
-                                                       region_bytes, grow, col, t, sub_off, out_addr, N,
-                                                       rank, local_M, peer_tab, out_off)
-                                else:
-                                    ptx.st_v4(ws + recv_off + self_region
-                                              + Int64(own_slot) * Int64(self.tile_bytes) + sub_off,
-                                              v0, v1, v2, v3)
-                epi_pipe.consumer_release(epi_state)
-                epi_state.advance()
-
-            if cutlass.const_expr(self.comm):
-                self.comm_bar.arrive_and_wait()
-                if ctid == 0:
-                    ptx.fence_sys()
-                    for o in range(o_lo, o_hi + Int32(1)):
-                        if cutlass.const_expr(self.multicast):
-                            ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                               + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                for e in cutlass.range_constexpr(self.num_sub):
+                    epi_pipe.consumer_wait(epi_state)
+                    slot_smem = smem_base + epi_state.index * Int32(BM * _EPI_PITCH * 2)
+                    if cutlass.const_expr(self.comm and not self.multicast):
+                        if direct:
+                            self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
+                                             rows_end, t, out_addr, N, rank, local_M, peer_tab,
+                                             out_off, True)
                         else:
-                            if o != rank:
+                            self._push_sub(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo, rank,
+                                           local_M, tiles_n, num_tiles, peer_tab, recv_off,
+                                           region_bytes, own_slot_addr + self_region)
+                    else:
+                        self._copy_sub(ctid, e, slot_smem, t, tn, m0, rows_end, ws, part_off,
+                                       out_addr, N)
+                    epi_pipe.consumer_release(epi_state)
+                    epi_state.advance()
+
+                if cutlass.const_expr(self.comm):
+                    self.comm_bar.arrive_and_wait()
+                    if ctid == 0:
+                        ptx.fence_sys()
+                        for o in range(o_lo, o_hi + Int32(1)):
+                            if cutlass.const_expr(self.multicast):
                                 ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
                                                    + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
-                    if cutlass.const_expr(self.mode == "ar" and not self.multicast):
-                        if direct:
-                            self._stamp_results(t, peer_tab, result_off, stamp, rank)
-                if cutlass.const_expr(self.multicast):
-                    if cls == Int32(_OWN):
-                        self._deferred_reduce(ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab,
-                                              mc_base, out_addr, M, N, rank, local_M, padded_M,
-                                              arrive_off, result_off, recv_off, region_bytes,
-                                              part_off, out_off, stamp, epoch, timeout_ns, err_addr)
-            i = i + num_ctas
+                            else:
+                                if o != rank:
+                                    ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                                       + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                        if cutlass.const_expr(self.mode == "ar" and not self.multicast):
+                            if direct:
+                                self._stamp_results(t, peer_tab, result_off, stamp, rank)
+                    if cutlass.const_expr(self.multicast):
+                        if cls == Int32(_OWN):
+                            self._deferred_reduce(ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab,
+                                                  mc_base, out_addr, M, N, rank, local_M, padded_M,
+                                                  arrive_off, result_off, recv_off, region_bytes,
+                                                  part_off, out_off, stamp, epoch, timeout_ns, err_addr)
 
         if cutlass.const_expr(self.mode == "rs"):
             # tiles shared with other owners: every push of this CTA is out, now sum own rows
-            i = cta
-            while i < num_tiles:
-                t = i + rot
-                if t >= num_tiles:
-                    t = t - num_tiles
-                tm = t // tiles_n
-                tn = t - tm * tiles_n
-                cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
-                if cls == Int32(_MIXED):
-                    self._deferred_reduce(ctid, t, tm, tn, tm * Int32(BM), tiles_n, num_tiles, ws,
-                                          peer_tab, mc_base, out_addr, M, N, rank, local_M, padded_M,
-                                          arrive_off, result_off, recv_off, region_bytes, part_off,
-                                          out_off, stamp, epoch, timeout_ns, err_addr)
-                i = i + num_ctas
+            for rnd in range(rounds):
+                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+                if t >= Int32(0):
+                    tm = t // tiles_n
+                    tn = t - tm * tiles_n
+                    cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+                    if cls == Int32(_MIXED):
+                        self._deferred_reduce(ctid, t, tm, tn, tm * Int32(BM), tiles_n, num_tiles, ws,
+                                              peer_tab, mc_base, out_addr, M, N, rank, local_M,
+                                              padded_M, arrive_off, result_off, recv_off,
+                                              region_bytes, part_off, out_off, stamp, epoch,
+                                              timeout_ns, err_addr)
         if cutlass.const_expr(self.mode == "ar"):
             self._ar_copy_out(ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
                               out_addr, result_off, out_off, timeout_ns, err_addr)
+
+    # ---- per sub-tile work of the 96 communication threads: each owns chunks
+    #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued
+    #      before the first use so each thread keeps several in flight.
+    @cute.jit
+    def _chunk_geom(self, ctid, j: cutlass.Constexpr, e: cutlass.Constexpr, m0, tn):
+        c = ctid + Int32(j * _COMM_THREADS)
+        row = c // Int32(4)
+        cc = c - row * Int32(4)
+        sub_off = Int64(e * _SUB_BYTES) + Int64(c) * Int64(16)
+        col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
+        smem_off = row * Int32(_EPI_PITCH * 2) + cc * Int32(16)
+        return c, m0 + row, sub_off, col, smem_off
+
+    @cute.jit
+    def _copy_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tn, m0, rows_end, ws, part_off,
+                  out_addr, N):
+        """Plain GEMM: the sub-tile to the output; multicast: to this rank's partial buffer."""
+        for j in cutlass.range_constexpr(_CHUNK_ITERS):
+            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
+                v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
+                if cutlass.const_expr(self.comm):
+                    ptx.st_v4(ws + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
+                else:
+                    ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2), v0, v1, v2, v3)
+
+    @cute.jit
+    def _push_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, owner, rank,
+                  local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr):
+        """Rows a peer owns go to its receive slot; own rows of a shared tile are parked."""
+        for j in cutlass.range_constexpr(_CHUNK_ITERS):
+            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
+                v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
+                dest = owner
+                if cutlass.const_expr(self.mode == "rs"):
+                    dest = grow // local_M
+                if dest != rank:
+                    slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
+                    src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
+                    ptx.st_v4(protocol.peer_base(peer_tab, dest) + recv_off
+                              + Int64(src_idx) * region_bytes
+                              + Int64(slot) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
+                else:
+                    ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
+
+    @cute.jit
+    def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
+                    rows_end, t, out_addr, N, rank, local_M, peer_tab, out_off,
+                    from_smem: cutlass.Constexpr):
+        """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
+        plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output."""
+        batch = max(1, 8 // max(1, self.world - 1))
+        for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
+            own = []
+            peers = []
+            geo = []
+            for j in cutlass.range_constexpr(j0, min(j0 + batch, _CHUNK_ITERS)):
+                c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+                live = c < Int32(_SUB_CHUNKS)
+                if cutlass.const_expr(j * _COMM_THREADS + _COMM_THREADS <= _SUB_CHUNKS):
+                    live = True
+                geo.append((live, grow, sub_off, col))
+                src = own_slot_addr + sub_off
+                if cutlass.const_expr(from_smem):
+                    own.append(self._ld_if(live, own_smem + smem_off, True))
+                else:
+                    own.append(self._ld_if(live, src + Int64(self.world - 1) * region_bytes, False))
+                for s in cutlass.range_constexpr(self.world - 1):
+                    peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
+            for jj in cutlass.range_constexpr(len(geo)):
+                live, grow, sub_off, col = geo[jj]
+                mine = grow < rows_end
+                if cutlass.const_expr(self.mode == "rs"):
+                    mine = mine & (grow // local_M == rank)
+                if live & mine:
+                    r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
+                    self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
+                                       rank, local_M, peer_tab, out_off, Int64(0))
+
+    @cute.jit
+    def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
+        """16-byte load, skipped (zeros) where pred is false: the last chunk round of a
+        sub-tile is only partly populated, and reading past it would leave the buffer."""
+        r0 = Int32(0)
+        r1 = Int32(0)
+        r2 = Int32(0)
+        r3 = Int32(0)
+        if pred:
+            if cutlass.const_expr(shared):
+                r0, r1, r2, r3 = ptx.ld_shared_v4(addr)
+            else:
+                r0, r1, r2, r3 = ptx.ld_v4_cg(addr)
+        return r0, r1, r2, r3
+
+    @cute.jit
+    def _sum(self, own, peers):
+        a = []
+        for w in cutlass.range_constexpr(4):
+            lo, hi = ptx.bf16x2_to_f32(own[w])
+            a.append(lo)
+            a.append(hi)
+        for p in peers:
+            for w in cutlass.range_constexpr(4):
+                lo, hi = ptx.bf16x2_to_f32(p[w])
+                a[2 * w] = a[2 * w] + lo
+                a[2 * w + 1] = a[2 * w + 1] + hi
+        return (ptx.f32_to_bf16x2(a[0], a[1]), ptx.f32_to_bf16x2(a[2], a[3]),
+                ptx.f32_to_bf16x2(a[4], a[5]), ptx.f32_to_bf16x2(a[6], a[7]))
 
     @cute.jit
     def _wait_arrivals(self, t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
@@ -477,24 +595,6 @@ class Sm90FusedKernel:
                                    + Int64(t) * Int64(4), stamp)
 
     @cute.jit
-    def _sum_peers(self, v0, v1, v2, v3, slot_addr, region_bytes):
-        """v (8 bf16) + the world-1 peer partials at slot_addr + s * region_bytes, as 8 bf16."""
-        a0, a1 = ptx.bf16x2_to_f32(v0)
-        a2, a3 = ptx.bf16x2_to_f32(v1)
-        a4, a5 = ptx.bf16x2_to_f32(v2)
-        a6, a7 = ptx.bf16x2_to_f32(v3)
-        for s in cutlass.range_constexpr(self.world - 1):
-            u0, u1, u2, u3 = ptx.ld_v4_cg(slot_addr + Int64(s) * region_bytes)
-            b0, b1 = ptx.bf16x2_to_f32(u0)
-            b2, b3 = ptx.bf16x2_to_f32(u1)
-            b4, b5 = ptx.bf16x2_to_f32(u2)
-            b6, b7 = ptx.bf16x2_to_f32(u3)
-            a0, a1, a2, a3 = a0 + b0, a1 + b1, a2 + b2, a3 + b3
-            a4, a5, a6, a7 = a4 + b4, a5 + b5, a6 + b6, a7 + b7
-        return (ptx.f32_to_bf16x2(a0, a1), ptx.f32_to_bf16x2(a2, a3),
-                ptx.f32_to_bf16x2(a4, a5), ptx.f32_to_bf16x2(a6, a7))
-
-    @cute.jit
     def _store_result(self, r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N, rank, local_M,
                       peer_tab, out_off, mc_base):
         out_row = grow
@@ -511,13 +611,6 @@ class Sm90FusedKernel:
                         ptx.st_v4(protocol.peer_base(peer_tab, Int32(p)) + tile_off, r0, r1, r2, r3)
 
     @cute.jit
-    def _reduce_store(self, v0, v1, v2, v3, slot_addr, region_bytes, grow, col, t, sub_off,
-                      out_addr, N, rank, local_M, peer_tab, out_off):
-        r0, r1, r2, r3 = self._sum_peers(v0, v1, v2, v3, slot_addr, region_bytes)
-        self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N, rank, local_M,
-                           peer_tab, out_off, Int64(0))
-
-    @cute.jit
     def _deferred_reduce(self, ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab, mc_base,
                          out_addr, M, N, rank, local_M, padded_M, arrive_off, result_off, recv_off,
                          region_bytes, part_off, out_off, stamp, epoch, timeout_ns, err_addr):
@@ -532,28 +625,21 @@ class Sm90FusedKernel:
         if cutlass.const_expr(self.mode == "rs"):
             rows_end = padded_M
         for e in cutlass.range_constexpr(self.num_sub):
-            for j in cutlass.range_constexpr(_CHUNK_ITERS):
-                c = ctid + Int32(j * _COMM_THREADS)
-                if c < Int32(_SUB_CHUNKS):
-                    row = c // Int32(4)
-                    cc = c - row * Int32(4)
-                    grow = m0 + row
-                    mine = grow < rows_end
+            if cutlass.const_expr(self.multicast):
+                for j in cutlass.range_constexpr(_CHUNK_ITERS):
+                    c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+                    mine = (c < Int32(_SUB_CHUNKS)) & (grow < rows_end)
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                     if mine:
-                        sub_off = Int64(e * _SUB_BYTES) + Int64(c) * Int64(16)
-                        col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
-                        if cutlass.const_expr(self.multicast):
-                            r0, r1, r2, r3 = ptx.multimem_ld_reduce_bf16x8(
-                                mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
-                            self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
-                                               rank, local_M, peer_tab, out_off, mc_base)
-                        else:
-                            slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes) + sub_off
-                            v0, v1, v2, v3 = ptx.ld_v4_cg(slot_addr + Int64(self.world - 1) * region_bytes)
-                            self._reduce_store(v0, v1, v2, v3, slot_addr, region_bytes, grow, col, t,
-                                               sub_off, out_addr, N, rank, local_M, peer_tab, out_off)
+                        r0, r1, r2, r3 = ptx.multimem_ld_reduce_bf16x8(
+                            mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
+                        self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
+                                           rank, local_M, peer_tab, out_off, mc_base)
+            else:
+                self._reduce_sub(ctid, e, Int32(0), ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes),
+                                 region_bytes, m0, tn, rows_end, t, out_addr, N, rank, local_M,
+                                 peer_tab, out_off, False)
         self.comm_bar.arrive_and_wait()
         if cutlass.const_expr(self.mode == "ar"):
             if ctid == 0:
@@ -575,18 +661,18 @@ class Sm90FusedKernel:
                 self.comm_bar.arrive_and_wait()
                 tm = j_tile // tiles_n
                 tn = j_tile - tm * tiles_n
+                base = ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)
                 for e in cutlass.range_constexpr(self.num_sub):
+                    vals = []
+                    geo = []
                     for j in cutlass.range_constexpr(_CHUNK_ITERS):
-                        c = ctid + Int32(j * _COMM_THREADS)
-                        if c < Int32(_SUB_CHUNKS):
-                            row = c // Int32(4)
-                            cc = c - row * Int32(4)
-                            grow = tm * Int32(BM) + row
-                            if grow < M:
-                                src = (ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)
-                                       + Int64(e * _SUB_BYTES) + Int64(c) * Int64(16))
-                                v0, v1, v2, v3 = ptx.ld_v4_cg(src)
-                                col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
-                                ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2),
-                                          v0, v1, v2, v3)
+                        c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, tm * Int32(BM), tn)
+                        geo.append((c, grow, col))
+                        vals.append(self._ld_if(c < Int32(_SUB_CHUNKS), base + sub_off, False))
+                    for j in cutlass.range_constexpr(_CHUNK_ITERS):
+                        c, grow, col = geo[j]
+                        if (c < Int32(_SUB_CHUNKS)) & (grow < M):
+                            v = vals[j]
+                            ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2),
+                                      v[0], v[1], v[2], v[3])
             j_tile = j_tile + num_ctas

@@ -146,7 +146,7 @@ class GemmRsAr:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), plan.M, plan.N, plan.K,
            mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr, self._err.data_ptr(),
-           self.rank, plan.local_M, plan.padded_M, plan.rotation(self.rank), plan.grid,
+           self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.lag, plan.grid,
            self.timeout_ns, lay.arrive_off, lay.result_off, lay.recv_off,
            lay.recv_region_bytes, lay.part_off, lay.out_off, stream)
 

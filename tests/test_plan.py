@@ -20,7 +20,8 @@ def test_plan_is_pure_and_bounded():
     a = make_plan(1000, 7168, 4096, 2, 132, "rs")
     assert a == make_plan(1000, 7168, 4096, 2, 132, "rs")
     for p in _plans("rs"):
-        assert p.grid == min(p.num_tiles, p.sm_count)
+        assert p.grid == p.world * p.chunk <= p.sm_count
+        assert p.chunk <= max(p.list_len(o) for o in range(p.world))
         assert p.tiles_m * BM >= p.padded_M >= p.M
         assert p.padded_M % p.world == 0 and p.padded_M - p.M < p.world
         assert p.N % p.bn == 0
@@ -80,21 +81,50 @@ def test_ar_ownership_balanced(world):
         assert sum(counts) == p.num_tiles
 
 
-@pytest.mark.parametrize("mode", ["rs", "ar"])
-def test_order_puts_peer_tiles_first(mode):
+def _rounds_by_tile(p, rank):
+    out = {}
+    for c in range(p.grid):
+        for r in range(p.rounds):
+            t = p.scheduled(rank, c, r)
+            if t >= 0:
+                assert t not in out, f"tile {t} scheduled twice on rank {rank}"
+                out[t] = r
+    return out
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
+def test_schedule_covers_every_tile_once(mode):
     for p in _plans(mode):
-        for rank in range(p.world):
-            order = p.tile_order(rank)
-            assert sorted(order) == list(range(p.num_tiles))
-            own = [i for i, t in enumerate(order) if p.tile_owners(t) == [rank]]
-            foreign = [i for i, t in enumerate(order) if rank not in p.tile_owners(t)]
-            if own and foreign:
-                # tiles owned by this rank alone come after every tile it does not touch
-                assert min(own) > max(foreign) or p.num_tiles < p.world * 2
-            cover = set()
-            for c in range(p.grid):
-                cover.update(p.cta_tiles(rank, c))
-            assert cover == set(range(p.num_tiles))
+        assert p.grid <= p.sm_count
+        for rank in range(p.world if mode != "gemm" else 1):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_schedule_cannot_deadlock(mode):
+    """A rank waits on one of its own tiles only for peers' pushes of the same or an
+    earlier round (strictly earlier with lag 1): no cycle of waits can form."""
+    for p in _plans(mode, Ns=(128, 7168)):
+        rounds = [_rounds_by_tile(p, r) for r in range(p.world)]
+        for r in range(p.world):
+            for t, rr in rounds[r].items():
+                if p.tile_owners(t) != [r]:
+                    continue
+                for q in range(p.world):
+                    if q != r:
+                        assert rounds[q][t] + p.lag <= rr, (p, r, q, t)
+
+
+def test_schedule_spreads_pushes_over_rounds():
+    p = make_plan(8192, 7168, 1024, 2, 132, "rs")
+    assert p.lag == 1 and p.rounds > 3
+    for rank in range(2):
+        per_round = [sum(1 for c in range(p.grid)
+                         if p.scheduled(rank, c, r) >= 0
+                         and rank not in p.tile_owners(p.scheduled(rank, c, r)))
+                     for r in range(p.rounds)]
+        busy = per_round[:-1]
+        assert max(busy) - min(busy) <= p.chunk // 2, per_round
 
 
 def test_simulated_exchange_sums_exactly():
@@ -107,7 +137,7 @@ def test_simulated_exchange_sums_exactly():
         part = {(r, g): rng.randint(-9, 9) for r in range(world) for g in range(p.padded_M)}
         recv = {}
         for src in range(world):
-            for t in p.tile_order(src):
+            for t in range(p.num_tiles):
                 tm = t // p.tiles_n
                 for g in range(tm * BM, min(tm * BM + BM, p.padded_M if mode == "rs" else M)):
                     o = p.row_owner(g) if mode == "rs" else p.tile_owner(t)
