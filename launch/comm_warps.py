@@ -1,0 +1,410 @@
+"""The communication warps and the protocol's per-tile logic, shared by every arch.
+
+A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-tile ring in
+shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``EPI_PITCH`` elements) fed by
+its MMA warps through an mbarrier pipeline, and the attributes ``bn, world, mode,
+multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``. Everything here - the round
+schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
+is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+
+from . import layout, protocol, ptx
+from .plan import BM, EPI_N
+
+Int32 = cutlass.Int32
+Int64 = cutlass.Int64
+
+SUB_BYTES = BM * EPI_N * 2        # one 128 x 32 bf16 sub-tile, contiguous in workspace slots
+SUB_CHUNKS = SUB_BYTES // 16      # 16-byte pieces per sub-tile
+EPI_PITCH = EPI_N + 8             # padded smem row (80 B): stmatrix and 16-B reads conflict-free
+COMM_THREADS = 96
+CHUNK_ITERS = -(-SUB_CHUNKS // COMM_THREADS)
+_SUB_BYTES, _SUB_CHUNKS, _EPI_PITCH, _COMM_THREADS, _CHUNK_ITERS = (
+    SUB_BYTES, SUB_CHUNKS, EPI_PITCH, COMM_THREADS, CHUNK_ITERS)
+
+# tile classes
+_FOREIGN, _OWN, _MIXED = 0, 1, 2
+
+
+class CommWarps:
+    """Mixin: device methods of the communication role (see module docstring)."""
+
+    # ------------------------------------------------------------------ schedule (mirrors launch.plan)
+    @cute.jit
+    def _list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
+        s = Int32(0)
+        if cutlass.const_expr(self.mode == "ar"):
+            s = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
+        if cutlass.const_expr(self.mode == "rs"):
+            s = cutlass.min((o * local_M + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
+        return s
+
+    @cute.jit
+    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
+        """The tile this CTA computes in round ``rnd``, or -1 (see ``TilePlan.scheduled``)."""
+        t = Int32(-1)
+        if cutlass.const_expr(self.mode == "gemm"):
+            t = rnd * chunk + cta
+            if t >= num_tiles:
+                t = Int32(-1)
+        else:
+            part = cta // chunk
+            j = cta - part * chunk
+            o = rank
+            k = rnd - lag
+            if part < Int32(self.world - 1):
+                o = (rank + Int32(1) + part) % Int32(self.world)
+                k = rnd
+            start = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
+            end = self._list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
+            if o + Int32(1) == Int32(self.world):
+                end = num_tiles
+            idx = k * chunk + j
+            if (k >= Int32(0)) & (idx < end - start):
+                t = start + idx
+        return t
+
+    # ------------------------------------------------------------------ communication warps
+    @cute.jit
+    def _tile_class(self, t, tm, rank, local_M, padded_M, num_tiles):
+        """(class, first owner, last owner) of tile t, as ``launch.plan`` defines them."""
+        cls = Int32(_OWN)
+        o_lo = rank
+        o_hi = rank
+        if cutlass.const_expr(self.mode == "rs"):
+            m0 = tm * Int32(BM)
+            o_lo = m0 // local_M
+            o_hi = (cutlass.min(m0 + Int32(BM), padded_M) - Int32(1)) // local_M
+            if (o_lo != rank) | (o_hi != rank):
+                cls = Int32(_FOREIGN)
+                if (o_lo <= rank) & (rank <= o_hi):
+                    cls = Int32(_MIXED)
+        if cutlass.const_expr(self.mode == "ar"):
+            o_lo = t * Int32(self.world) // num_tiles
+            o_hi = o_lo
+            if o_lo != rank:
+                cls = Int32(_FOREIGN)
+        return cls, o_lo, o_hi
+
+    @cute.jit
+    def _slot(self, owner, t, tm, tn, tiles_n, local_M, num_tiles):
+        s = Int32(0)
+        if cutlass.const_expr(self.mode == "rs"):
+            s = (tm - (owner * local_M) // Int32(BM)) * tiles_n + tn
+        else:
+            s = t - (owner * num_tiles + Int32(self.world - 1)) // Int32(self.world)
+        return s
+
+    @cute.jit
+    def _comm_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe, sC_ptr,
+                   out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
+                   chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
+                   part_off, out_off):
+        epoch = Int32(0)
+        if cutlass.const_expr(self.comm):
+            epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
+            if ctid == 0:
+                protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
+            self.comm_bar.arrive_and_wait()
+        stamp = epoch + Int32(1)
+        smem_base = sC_ptr.toint()
+        rows_end = M
+        if cutlass.const_expr(self.mode == "rs"):
+            rows_end = padded_M
+        self_region = Int64(self.world - 1) * region_bytes
+        epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
+
+        for rnd in range(rounds):
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+            if t >= Int32(0):
+                tm = t // tiles_n
+                tn = t - tm * tiles_n
+                m0 = tm * Int32(BM)
+                cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+                own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
+                # direct: sum straight from the sub-tile ring (a tile only this rank owns, unicast)
+                if cutlass.const_expr(not self.comm):
+                    direct = True
+                elif cutlass.const_expr(self.multicast):
+                    direct = False
+                else:
+                    direct = cls == Int32(_OWN)
+                    if direct:
+                        # the peers' partials must all be in before the first sum
+                        if ctid == 0:
+                            self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr,
+                                                rank, epoch, False)
+                        self.comm_bar.arrive_and_wait()
+                own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
+
+                for e in cutlass.range_constexpr(self.num_sub):
+                    epi_pipe.consumer_wait(epi_state)
+                    slot_smem = smem_base + epi_state.index * Int32(BM * _EPI_PITCH * 2)
+                    if cutlass.const_expr(self.comm and not self.multicast):
+                        if direct:
+                            self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
+                                             rows_end, t, out_addr, N, rank, local_M, peer_tab,
+                                             out_off, True)
+                        else:
+                            self._push_sub(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo, rank,
+                                           local_M, tiles_n, num_tiles, peer_tab, recv_off,
+                                           region_bytes, own_slot_addr + self_region)
+                    else:
+                        self._copy_sub(ctid, e, slot_smem, t, tn, m0, rows_end, ws, part_off,
+                                       out_addr, N)
+                    epi_pipe.consumer_release(epi_state)
+                    epi_state.advance()
+
+                if cutlass.const_expr(self.comm):
+                    self.comm_bar.arrive_and_wait()
+                    if ctid == 0:
+                        ptx.fence_sys()
+                        for o in range(o_lo, o_hi + Int32(1)):
+                            if cutlass.const_expr(self.multicast):
+                                ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                                   + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                            else:
+                                if o != rank:
+                                    ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                                       + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                        if cutlass.const_expr(self.mode == "ar" and not self.multicast):
+                            if direct:
+                                self._stamp_results(t, peer_tab, result_off, stamp, rank)
+                    if cutlass.const_expr(self.multicast):
+                        if cls == Int32(_OWN):
+                            self._deferred_reduce(ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab,
+                                                  mc_base, out_addr, M, N, rank, local_M, padded_M,
+                                                  arrive_off, result_off, recv_off, region_bytes,
+                                                  part_off, out_off, stamp, epoch, timeout_ns, err_addr)
+
+        if cutlass.const_expr(self.mode == "rs"):
+            # tiles shared with other owners: every push of this CTA is out, now sum own rows
+            for rnd in range(rounds):
+                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+                if t >= Int32(0):
+                    tm = t // tiles_n
+                    tn = t - tm * tiles_n
+                    cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+                    if cls == Int32(_MIXED):
+                        self._deferred_reduce(ctid, t, tm, tn, tm * Int32(BM), tiles_n, num_tiles, ws,
+                                              peer_tab, mc_base, out_addr, M, N, rank, local_M,
+                                              padded_M, arrive_off, result_off, recv_off,
+                                              region_bytes, part_off, out_off, stamp, epoch,
+                                              timeout_ns, err_addr)
+        if cutlass.const_expr(self.mode == "ar"):
+            self._ar_copy_out(ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
+                              out_addr, result_off, out_off, timeout_ns, err_addr)
+
+    # ---- per sub-tile work of the 96 communication threads: each owns chunks
+    #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued
+    #      before the first use so each thread keeps several in flight.
+    @cute.jit
+    def _chunk_geom(self, ctid, j: cutlass.Constexpr, e: cutlass.Constexpr, m0, tn):
+        c = ctid + Int32(j * _COMM_THREADS)
+        row = c // Int32(4)
+        cc = c - row * Int32(4)
+        sub_off = Int64(e * _SUB_BYTES) + Int64(c) * Int64(16)
+        col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
+        smem_off = row * Int32(_EPI_PITCH * 2) + cc * Int32(16)
+        return c, m0 + row, sub_off, col, smem_off
+
+    @cute.jit
+    def _copy_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tn, m0, rows_end, ws, part_off,
+                  out_addr, N):
+        """Plain GEMM: the sub-tile to the output; multicast: to this rank's partial buffer."""
+        for j in cutlass.range_constexpr(_CHUNK_ITERS):
+            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
+                v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
+                if cutlass.const_expr(self.comm):
+                    ptx.st_v4(ws + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
+                else:
+                    ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2), v0, v1, v2, v3)
+
+    @cute.jit
+    def _push_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, owner, rank,
+                  local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr):
+        """Rows a peer owns go to its receive slot; own rows of a shared tile are parked."""
+        for j in cutlass.range_constexpr(_CHUNK_ITERS):
+            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
+                v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
+                dest = owner
+                if cutlass.const_expr(self.mode == "rs"):
+                    dest = grow // local_M
+                if dest != rank:
+                    slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
+                    src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
+                    ptx.st_v4(protocol.peer_base(peer_tab, dest) + recv_off
+                              + Int64(src_idx) * region_bytes
+                              + Int64(slot) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
+                else:
+                    ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
+
+    @cute.jit
+    def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
+                    rows_end, t, out_addr, N, rank, local_M, peer_tab, out_off,
+                    from_smem: cutlass.Constexpr):
+        """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
+        plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output."""
+        batch = max(1, 8 // max(1, self.world - 1))
+        for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
+            own = []
+            peers = []
+            geo = []
+            for j in cutlass.range_constexpr(j0, min(j0 + batch, _CHUNK_ITERS)):
+                c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+                live = c < Int32(_SUB_CHUNKS)
+                if cutlass.const_expr(j * _COMM_THREADS + _COMM_THREADS <= _SUB_CHUNKS):
+                    live = True
+                geo.append((live, grow, sub_off, col))
+                src = own_slot_addr + sub_off
+                if cutlass.const_expr(from_smem):
+                    own.append(self._ld_if(live, own_smem + smem_off, True))
+                else:
+                    own.append(self._ld_if(live, src + Int64(self.world - 1) * region_bytes, False))
+                for s in cutlass.range_constexpr(self.world - 1):
+                    peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
+            for jj in cutlass.range_constexpr(len(geo)):
+                live, grow, sub_off, col = geo[jj]
+                mine = grow < rows_end
+                if cutlass.const_expr(self.mode == "rs"):
+                    mine = mine & (grow // local_M == rank)
+                if live & mine:
+                    r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
+                    self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
+                                       rank, local_M, peer_tab, out_off, Int64(0))
+
+    @cute.jit
+    def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
+        """16-byte load, skipped (zeros) where pred is false: the last chunk round of a
+        sub-tile is only partly populated, and reading past it would leave the buffer."""
+        r0 = Int32(0)
+        r1 = Int32(0)
+        r2 = Int32(0)
+        r3 = Int32(0)
+        if pred:
+            if cutlass.const_expr(shared):
+                r0, r1, r2, r3 = ptx.ld_shared_v4(addr)
+            else:
+                r0, r1, r2, r3 = ptx.ld_v4_cg(addr)
+        return r0, r1, r2, r3
+
+    @cute.jit
+    def _sum(self, own, peers):
+        a = []
+        for w in cutlass.range_constexpr(4):
+            lo, hi = ptx.bf16x2_to_f32(own[w])
+            a.append(lo)
+            a.append(hi)
+        for p in peers:
+            for w in cutlass.range_constexpr(4):
+                lo, hi = ptx.bf16x2_to_f32(p[w])
+                a[2 * w] = a[2 * w] + lo
+                a[2 * w + 1] = a[2 * w + 1] + hi
+        return (ptx.f32_to_bf16x2(a[0], a[1]), ptx.f32_to_bf16x2(a[2], a[3]),
+                ptx.f32_to_bf16x2(a[4], a[5]), ptx.f32_to_bf16x2(a[6], a[7]))
+
+    @cute.jit
+    def _wait_arrivals(self, t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
+                       include_self: cutlass.Constexpr):
+        for s in cutlass.range_constexpr(self.world):
+            if include_self or Int32(s) != rank:
+                protocol.wait_stamp(ws + arrive_off + Int64(t * Int32(self.world) + Int32(s)) * Int64(4),
+                                    stamp, timeout_ns, err_addr, ws, rank, t, Int32(s), epoch,
+                                    Int32(protocol.KIND_ARRIVE))
+
+    @cute.jit
+    def _stamp_results(self, t, peer_tab, result_off, stamp, rank):
+        for p in cutlass.range_constexpr(self.world):
+            if Int32(p) != rank:
+                ptx.st_release_sys(protocol.peer_base(peer_tab, Int32(p)) + result_off
+                                   + Int64(t) * Int64(4), stamp)
+
+    @cute.jit
+    def _store_result(self, r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N, rank, local_M,
+                      peer_tab, out_off, mc_base):
+        out_row = grow
+        if cutlass.const_expr(self.mode == "rs"):
+            out_row = grow - rank * local_M
+        ptx.st_v4(out_addr + (Int64(out_row) * Int64(N) + Int64(col)) * Int64(2), r0, r1, r2, r3)
+        if cutlass.const_expr(self.mode == "ar"):
+            tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + sub_off
+            if cutlass.const_expr(self.multicast):
+                ptx.multimem_st_v4(mc_base + tile_off, r0, r1, r2, r3)
+            else:
+                for p in cutlass.range_constexpr(self.world):
+                    if Int32(p) != rank:
+                        ptx.st_v4(protocol.peer_base(peer_tab, Int32(p)) + tile_off, r0, r1, r2, r3)
+
+    @cute.jit
+    def _deferred_reduce(self, ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab, mc_base,
+                         out_addr, M, N, rank, local_M, padded_M, arrive_off, result_off, recv_off,
+                         region_bytes, part_off, out_off, stamp, epoch, timeout_ns, err_addr):
+        """Own rows of tile t from the workspace: parked own partial (unicast) or every rank's
+        partial through the multicast mapping."""
+        if ctid == 0:
+            self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
+                                self.multicast)
+        self.comm_bar.arrive_and_wait()
+        own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
+        rows_end = M
+        if cutlass.const_expr(self.mode == "rs"):
+            rows_end = padded_M
+        for e in cutlass.range_constexpr(self.num_sub):
+            if cutlass.const_expr(self.multicast):
+                for j in cutlass.range_constexpr(_CHUNK_ITERS):
+                    c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+                    mine = (c < Int32(_SUB_CHUNKS)) & (grow < rows_end)
+                    if cutlass.const_expr(self.mode == "rs"):
+                        mine = mine & (grow // local_M == rank)
+                    if mine:
+                        r0, r1, r2, r3 = ptx.multimem_ld_reduce_bf16x8(
+                            mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
+                        self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
+                                           rank, local_M, peer_tab, out_off, mc_base)
+            else:
+                self._reduce_sub(ctid, e, Int32(0), ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes),
+                                 region_bytes, m0, tn, rows_end, t, out_addr, N, rank, local_M,
+                                 peer_tab, out_off, False)
+        self.comm_bar.arrive_and_wait()
+        if cutlass.const_expr(self.mode == "ar"):
+            if ctid == 0:
+                ptx.fence_sys()
+                self._stamp_results(t, peer_tab, result_off, stamp, rank)
+
+    @cute.jit
+    def _ar_copy_out(self, ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
+                     out_addr, result_off, out_off, timeout_ns, err_addr):
+        """Tiles other ranks own arrive reduced in OUT; copy them to the caller's output."""
+        j_tile = cta
+        while j_tile < num_tiles:
+            owner = j_tile * Int32(self.world) // num_tiles
+            if owner != rank:
+                if ctid == 0:
+                    protocol.wait_stamp(ws + result_off + Int64(j_tile) * Int64(4), epoch + Int32(1),
+                                        timeout_ns, err_addr, ws, rank, j_tile, owner, epoch,
+                                        Int32(protocol.KIND_RESULT))
+                self.comm_bar.arrive_and_wait()
+                tm = j_tile // tiles_n
+                tn = j_tile - tm * tiles_n
+                base = ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)
+                for e in cutlass.range_constexpr(self.num_sub):
+                    vals = []
+                    geo = []
+                    for j in cutlass.range_constexpr(_CHUNK_ITERS):
+                        c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, tm * Int32(BM), tn)
+                        geo.append((c, grow, col))
+                        vals.append(self._ld_if(c < Int32(_SUB_CHUNKS), base + sub_off, False))
+                    for j in cutlass.range_constexpr(_CHUNK_ITERS):
+                        c, grow, col = geo[j]
+                        if (c < Int32(_SUB_CHUNKS)) & (grow < M):
+                            v = vals[j]
+                            ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2),
+                                      v[0], v[1], v[2], v[3])
+            j_tile = j_tile + num_ctas
