@@ -184,8 +184,11 @@ class Bench:
             if getattr(a, k):
                 grid[k] = getattr(a, k)
         try:
+            import warnings
             import torch.distributed._symmetric_memory as symm
-            symm.enable_symm_mem_for_group(self.group.group_name)
+            with warnings.catch_warnings():  # needed on older torch, a no-op on newer
+                warnings.simplefilter("ignore", FutureWarning)
+                symm.enable_symm_mem_for_group(self.group.group_name)
         except Exception as e:
             if self.rank == 0:
                 print(f"torch symm_mem unavailable: {e}", file=sys.stderr)
