@@ -8,15 +8,14 @@ from typing import Any
 import torch
 
 from launch.cache import CACHE, Variant
-from launch.layout import WorkspaceLayout
 from launch.plan import TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
-from multicast.symmetric import SymmetricMemory
 
 from . import heuristics
 from .errors import ClosedError, RsarTimeoutError
 from .validate import check_call, check_construction, check_weight, weight_of
+from .workspace import Workspace
 
 log = logging.getLogger("rsar")
 
@@ -43,10 +42,14 @@ class GemmRsAr:
     """
 
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self._mem: SymmetricMemory | None = None
+                 timeout_s: float = DEFAULT_TIMEOUT_S, workspace: Workspace | None = None) -> None:
+        self._ws: Workspace | None = None
+        self._owns_ws = workspace is None
         self._broken: RsarTimeoutError | None = None
-        bs = make_bootstrap(comm)
+        if workspace is not None:
+            bs = workspace.bootstrap
+        else:
+            bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -60,26 +63,29 @@ class GemmRsAr:
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self.timeout_ns = int(timeout_s * 1e9)
-
-        need = max(WorkspaceLayout.build(max_M, N, self.world, t).total_bytes
-                   for t in ("unicast", "multicast"))  # the transport is known only after setup
-        self._mem = SymmetricMemory(need, bs, device=self.device.index)
-        self.transport = self._mem.transport
-        self.layout = WorkspaceLayout.build(max_M, N, self.world, self.transport)
-        # Host-mapped error record: the kernel reports a timed-out wait here and the host
-        # reads it without synchronising the stream.
-        self._err = torch.zeros(8, dtype=torch.int32, pin_memory=True)
-        self._err_np = self._err.numpy()  # reading numpy is ~100x cheaper than tensor indexing
+        if workspace is not None:
+            why = "the workspace is closed" if workspace.closed else workspace.fits(
+                max_M, N, self.world, self.device)
+            if why:
+                raise ValueError(f"cannot share this workspace: {why}")
+            self._ws = workspace
+        else:
+            self._ws = Workspace(max_M, N, bs)
+        self.transport = self._ws.transport
         self._plans: dict[tuple[int, int, str], tuple[TilePlan, Any]] = {}
-        log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s handle=%s "
-                  "policy=%s workspace=%d B", self.rank, self.world, self.mode, max_M, N,
-                  self.arch, self.transport, self._mem.handle_type, self._mem.policy_reason,
-                  self._mem.nbytes)
+        log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
+                  self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
+                  "own" if self._owns_ws else "shared")
+
+    @property
+    def workspace(self) -> Workspace:
+        self._require_open()
+        return self._ws
 
     # ------------------------------------------------------------------ queries
     def can_run(self, w: Any) -> bool:
         """Whether ``w`` (an (N, K) tensor or a module with ``.weight``) is usable here."""
-        if self._mem is None or self.arch != "sm_90a":
+        if self._ws is None or self._ws.closed or self.arch != "sm_90a":
             return False
         try:
             check_weight(weight_of(w), self.N, self.device)
@@ -142,20 +148,24 @@ class GemmRsAr:
 
     def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
                 plan: TilePlan) -> None:
-        mem, lay = self._mem, self.layout
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        ws = self._ws
+        mem, lay = ws.mem, ws.layout
+        stream = torch.cuda.current_stream(self.device)
+        ws.order.before_launch(stream)
         fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), plan.M, plan.N, plan.K,
-           mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr, self._err.data_ptr(),
+           mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr, ws.err.data_ptr(),
            self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.lag, plan.grid,
            self.timeout_ns, lay.arrive_off, lay.result_off, lay.recv_off,
-           lay.recv_region_bytes, lay.part_off, lay.out_off, stream)
+           lay.recv_region_bytes, lay.part_off, lay.out_off, stream.cuda_stream)
 
     # ------------------------------------------------------------------ errors, teardown
     def check(self) -> None:
-        """Raise RsarTimeoutError if an earlier launch reported a timed-out wait."""
+        """Raise RsarTimeoutError if an earlier launch into this workspace timed out."""
         if self._broken is not None:
             raise self._broken
-        e = self._err_np
+        if self._ws is None:
+            return
+        e = self._ws.err_np  # reading numpy is ~100x cheaper than indexing the tensor
         if int(e[protocol.ERR_CODE]) == protocol.ERR_TIMEOUT:
             self._broken = RsarTimeoutError(int(e[protocol.ERR_RANK]), int(e[protocol.ERR_TILE]),
                                             int(e[protocol.ERR_SRC]), int(e[protocol.ERR_EPOCH]),
@@ -163,22 +173,19 @@ class GemmRsAr:
             raise self._broken
 
     def _require_open(self) -> None:
-        if self._mem is None:
+        if self._ws is None:
             raise ClosedError("GemmRsAr is closed")
+        if self._ws.closed:
+            raise ClosedError("the workspace this GemmRsAr shared has been closed")
 
     def close(self) -> None:
-        mem, self._mem = self._mem, None
-        if mem is not None:
-            torch.cuda.synchronize(self.device)
-            mem.close()
+        """Collective when the instance owns its workspace; idempotent."""
+        ws, self._ws = self._ws, None
+        if ws is not None and self._owns_ws:
+            ws.close()
 
     def __enter__(self) -> "GemmRsAr":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        # Collective teardown cannot run from a finaliser; a forgotten close() leaks the
-        # mapping until process exit rather than hanging a peer.
-        pass

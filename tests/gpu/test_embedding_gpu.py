@@ -1,0 +1,171 @@
+"""Embedding and hardening on 2 GPUs: shared workspace, streams, leaks, a killed rank.
+
+mpirun -n 2 python -m pytest -q tests/gpu/test_embedding_gpu.py
+(the fault test starts its own two worker processes from rank 0.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rsar_core import GemmRsAr, Workspace
+from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
+
+DEV = lambda: torch.device("cuda", torch.cuda.current_device())  # noqa: E731
+
+
+def _report(key: str, value) -> None:
+    path = os.environ.get("RSAR_GPU_REPORT")
+    if path and int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))) == 0:
+        data = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+        data[key] = value
+        Path(path).write_text(json.dumps(data, indent=1))
+
+
+def _check(op: GemmRsAr, seed: int, M: int, K: int, y: torch.Tensor | None = None) -> None:
+    x, w = rank_inputs(seed, op.rank, M, op.N, K, DEV())
+    if y is None:
+        y = op(x, w)
+    torch.cuda.synchronize()
+    op.check()
+    ref = reference_sum(seed, op.world, M, op.N, K, DEV())
+    if not op.all_reduce:
+        ref = rs_rows(ref, op.rank, op.world)
+    assert rel_error(y, ref) < 1e-2
+
+
+def _free() -> int:
+    torch.cuda.synchronize()
+    return torch.cuda.mem_get_info()[0]
+
+
+def test_shared_workspace_rs_ar_and_two_N(comm):
+    before = _free()
+    sep = [GemmRsAr(4096, 7168, all_reduce=ar, comm=comm) for ar in (False, True)]
+    separate = before - _free()
+    for op in sep:
+        op.close()
+    before = _free()
+    ws = Workspace(4096, 7168, comm)
+    rs = GemmRsAr(4096, 7168, all_reduce=False, workspace=ws)
+    ar = GemmRsAr(4096, 7168, all_reduce=True, workspace=ws)
+    ar_small = GemmRsAr(2048, 4096, all_reduce=True, workspace=ws)
+    shared = before - _free()
+    _report("workspace_bytes", {"rs+ar separate": separate, "rs+ar(+1) shared": shared})
+    assert shared < separate * 0.6
+    for i in range(9):
+        op = (rs, ar, ar_small)[i % 3]
+        _check(op, seed=40 + i, M=(1000, 4096, 777)[i % 3], K=512)
+    with pytest.raises(ValueError, match="workspace"):
+        GemmRsAr(8192, 7168, workspace=ws)
+    for op in (rs, ar, ar_small):
+        op.close()
+    assert not ws.closed  # frontends never close a workspace they were given
+    ws.close()
+    with pytest.raises(Exception):
+        rs(*rank_inputs(1, 0, 128, 7168, 64, DEV()))
+
+
+def test_two_instances_on_two_streams(comm):
+    a = GemmRsAr(2048, 384, all_reduce=False, comm=comm)
+    b = GemmRsAr(2048, 384, all_reduce=True, comm=comm)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    xa, wa = rank_inputs(5, a.rank, 2000, 384, 1024, DEV())
+    xb, wb = rank_inputs(6, b.rank, 1500, 384, 1024, DEV())
+    outs = []
+    for _ in range(20):
+        with torch.cuda.stream(s1):
+            ya = a(xa, wa)
+        with torch.cuda.stream(s2):
+            yb = b(xb, wb)
+        outs.append((ya, yb))
+    torch.cuda.synchronize()
+    for ya, yb in outs[-3:]:
+        _check(a, 5, 2000, 1024, ya)
+        _check(b, 6, 1500, 1024, yb)
+    a.close()
+    b.close()
+
+
+def test_one_instance_from_two_streams(comm):
+    op = GemmRsAr(2048, 384, comm=comm)
+    order = op.workspace.order
+    switches = order.switches
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    x, w = rank_inputs(8, op.rank, 1999, 384, 512, DEV())
+    ys = []
+    for i in range(30):
+        with torch.cuda.stream(streams[i % 2]):
+            ys.append(op(x, w))
+    torch.cuda.synchronize()
+    assert order.switches - switches >= 29
+    for y in ys[-2:]:
+        _check(op, 8, 1999, 512, y)
+    op.close()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_create_close_cycles_do_not_leak(comm):
+    GemmRsAr(128, 128, comm=comm).close()  # first use initialises caches
+    fds, free = _open_fds(), _free()
+    t0 = time.time()
+    for _ in range(1000):
+        op = GemmRsAr(128, 128, comm=comm)
+        op.close()
+    dt = time.time() - t0
+    _report("create_close_1000", {"seconds": dt, "fd_delta": _open_fds() - fds,
+                                  "free_bytes_delta": _free() - free})
+    assert _open_fds() == fds
+    assert abs(_free() - free) < 2 * 2**20
+
+
+def _rank() -> int:
+    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 0
+
+
+def test_killed_rank_is_reported_and_survivor_exits(comm):
+    """kill -9 one rank mid-loop: the other raises RsarTimeoutError within the limit."""
+    if _rank() != 0:
+        comm.Barrier()
+        return
+    try:
+        worker = Path(__file__).with_name("fault_worker.py")
+        with tempfile.TemporaryDirectory() as d:
+            init, prog = os.path.join(d, "init"), [os.path.join(d, f"p{r}") for r in range(2)]
+            procs = [subprocess.Popen([sys.executable, str(worker), str(r), "2", init, prog[r]],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                     for r in range(2)]
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                done = [int(Path(p).read_text() or 0) if Path(p).exists() else -1 for p in prog]
+                if min(done) >= 20 or any(pr.poll() is not None for pr in procs):
+                    break
+                time.sleep(0.1)
+            assert all(pr.poll() is None for pr in procs), [pr.communicate()[0] for pr in procs]
+            t_kill = time.time()
+            os.kill(procs[1].pid, signal.SIGKILL)
+            out, _ = procs[0].communicate(timeout=60)
+            waited = time.time() - t_kill
+            procs[1].wait()
+            _report("fault", {"survivor_exit": procs[0].returncode, "seconds_to_exit": waited,
+                              "message": out.strip().splitlines()[-1] if out.strip() else ""})
+            assert procs[0].returncode == 17, out
+            assert "timed out waiting for rank 1" in out
+            assert waited < 2.0 * 3 + 10
+    finally:
+        comm.Barrier()
