@@ -1,6 +1,6 @@
 """Compiled-kernel cache: each variant compiles once per process.
 
-A variant is (arch, BN, world, mode, transport); shapes, pointers, rank and epoch are
+A variant is (arch, BN, world, mode, transport, cta_group); shapes, pointers, rank and epoch are
 launch arguments, so one compiled function serves every call of every instance.
 """
 from __future__ import annotations
@@ -23,19 +23,27 @@ class Variant:
     world: int
     mode: str
     transport: str
+    cta_group: int = 1  # 2: sm100 2-CTA tcgen05 MMA (cluster (2, 1)); sm90 is always 1
 
     def describe(self) -> str:
-        return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}"
+        cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""
+        return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}"
 
 
 def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
+        if v.cta_group != 1:
+            raise ValueError(f"sm_90a kernels are 1-CTA, got cta_group={v.cta_group}")
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport)
+    if v.arch == "sm_100a":
+        from .sm100_kernel import Sm100FusedKernel
+        return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 
 
-# Argument kinds of the compiled host function, in order (see Sm90FusedKernel.__call__).
+# Argument kinds of the compiled host function, in order (Sm90FusedKernel.__call__ and
+# Sm100FusedKernel.__call__ take the same arguments).
 ARG_KINDS = (["i64"] * 3 + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"] + ["i64"] * 6
              + ["stream"])
 

@@ -3,7 +3,7 @@
 A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-tile ring in
 shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``EPI_PITCH`` elements) fed by
 its MMA warps through an mbarrier pipeline, and the attributes ``bn, world, mode,
-multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``. Everything here - the round
+multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar`` (and ``cta_group``, default 1). Everything here - the round
 schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
 is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
 """
@@ -34,6 +34,8 @@ _FOREIGN, _OWN, _MIXED = 0, 1, 2
 class CommWarps:
     """Mixin: device methods of the communication role (see module docstring)."""
 
+    cta_group = 1  # 2: the schedule runs over 2-CTA pair-tiles (sm100, ``launch.plan``)
+
     # ------------------------------------------------------------------ schedule (mirrors launch.plan)
     @cute.jit
     def _list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
@@ -45,28 +47,63 @@ class CommWarps:
         return s
 
     @cute.jit
-    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
-        """The tile this CTA computes in round ``rnd``, or -1 (see ``TilePlan.scheduled``)."""
+    def _unit_list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
+        """First schedule unit of list L_o (``TilePlan.unit_list_start``): the tile S(o), or
+        with 2-CTA pairs the first pair-tile whose even tile is at or after S(o)."""
+        s = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
+        if o == Int32(self.world):
+            s = num_tiles
+        if cutlass.const_expr(self.cta_group == 2):
+            pm = s // (Int32(2) * tiles_n)
+            rem = s - pm * Int32(2) * tiles_n
+            s = pm * tiles_n + cutlass.min(rem, tiles_n)
+        return s
+
+    @cute.jit
+    def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
+        """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
+        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``)."""
+        num_units = num_tiles
+        if cutlass.const_expr(self.cta_group == 2):
+            num_units = ((tiles_m + Int32(1)) // Int32(2)) * tiles_n
         t = Int32(-1)
         if cutlass.const_expr(self.mode == "gemm"):
-            t = rnd * chunk + cta
-            if t >= num_tiles:
+            t = rnd * chunk + lane
+            if t >= num_units:
                 t = Int32(-1)
         else:
-            part = cta // chunk
-            j = cta - part * chunk
+            part = lane // chunk
+            j = lane - part * chunk
             o = rank
             k = rnd - lag
             if part < Int32(self.world - 1):
                 o = (rank + Int32(1) + part) % Int32(self.world)
                 k = rnd
-            start = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
-            end = self._list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
-            if o + Int32(1) == Int32(self.world):
-                end = num_tiles
+            start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
+            end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
             idx = k * chunk + j
             if (k >= Int32(0)) & (idx < end - start):
                 t = start + idx
+        return t
+
+    @cute.jit
+    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
+        """The tile this CTA computes in round ``rnd``, or -1 (see ``TilePlan.scheduled``).
+        With 2-CTA pairs: the even / odd tile of the cluster's pair-tile; an odd tile row
+        past the last one (zero-filled padding) is -1: computed, never communicated."""
+        t = Int32(-1)
+        if cutlass.const_expr(self.cta_group == 1):
+            t = self._scheduled_unit(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                     local_M)
+        else:
+            u = self._scheduled_unit(rank, cta // Int32(2), rnd, chunk, lag, num_tiles, tiles_m,
+                                     tiles_n, local_M)
+            if u >= Int32(0):
+                pm = u // tiles_n
+                tn = u - pm * tiles_n
+                tm = Int32(2) * pm + (cta - (cta // Int32(2)) * Int32(2))
+                if tm < tiles_m:
+                    t = tm * tiles_n + tn
         return t
 
     # ------------------------------------------------------------------ communication warps

@@ -21,6 +21,17 @@ r's chunk k in round k, so an own tile is reduced ``lag`` rounds after its parti
 about the same number of bytes, so the link is busy for the whole GEMM rather than its first
 half, and a wait on an own tile only ever depends on peers' work of the same or an earlier
 round: no cycle of waits is possible.
+
+Pairs (sm100, ``cta_group`` 2)
+A 2-CTA tcgen05 MMA computes a 256 x BN pair-tile: tile rows 2*pm and 2*pm + 1 of one column
+tn. The schedule above then runs over pair-tiles ``u = pm * tiles_n + tn`` (tile rows padded
+to an even count; a tile row >= tiles_m is computed from TMA zero fill and never handed to the
+communication warps) with clusters in place of CTAs: CTA c is lane c // 2 of the pair
+schedule and takes the even (c even) or odd tile of its pair. Pair list L_o holds the pairs
+whose even tile is in L_o, which keeps every list contiguous. A pair may hold tiles of two
+owners, so its odd tile's owner computes it in the round its peers do, not ``lag`` rounds
+later: the pair schedule therefore runs with lag 0, where every rank handles a tile in the
+same round and a wait still only depends on peers' work of the same round.
 """
 from __future__ import annotations
 
@@ -34,6 +45,15 @@ MODES = ("rs", "ar", "gemm")
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def choose_sm100(M: int, N: int, K: int) -> tuple[int, int]:
+    """(BN, cta_group) on sm100: 2-CTA MMA once M >= 1024 or the tile rows pair up evenly;
+    BN=256 once the A operand is large enough (M*K >= 24 Mi) to be worth halving its reloads."""
+    tiles_m = ceil_div(M, BM)
+    cta_group = 2 if (M >= 1024 or tiles_m % 2 == 0) else 1
+    bn = 256 if (M * K >= 24 * 1024 * 1024 and N % 256 == 0) else 128
+    return bn, cta_group
 
 
 def choose_bn(M: int, N: int, sm_count: int) -> int:
@@ -62,6 +82,16 @@ class TilePlan:
     rounds: int
     lag: int
     cluster_mn: tuple[int, int] = (1, 1)
+    cta_group: int = 1
+
+    @property
+    def pairs_m(self) -> int:
+        """Rows of schedule units: tile rows (1-CTA) or pair-tile rows (2-CTA)."""
+        return ceil_div(self.tiles_m, self.cta_group)
+
+    @property
+    def num_units(self) -> int:
+        return self.pairs_m * self.tiles_n
 
     @property
     def tile_bytes(self) -> int:
@@ -101,20 +131,41 @@ class TilePlan:
     def list_len(self, o: int) -> int:
         return self.list_start(o + 1) - self.list_start(o)
 
-    def scheduled(self, rank: int, cta: int, rnd: int) -> int:
-        """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
+    def unit_list_start(self, o: int) -> int:
+        """First schedule unit of list L_o: a tile (1-CTA), or the first pair-tile whose
+        even tile is at or after S(o) (2-CTA)."""
+        s = self.list_start(o) if o < self.world else self.num_tiles
+        if self.cta_group == 1:
+            return s
+        pm, rem = divmod(s, 2 * self.tiles_n)
+        return pm * self.tiles_n + min(rem, self.tiles_n)
+
+    def scheduled_unit(self, rank: int, lane: int, rnd: int) -> int:
+        """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
         if self.mode == "gemm":
-            t = rnd * self.grid + cta
-            return t if t < self.num_tiles else -1
-        part, j = divmod(cta, self.chunk)
+            u = rnd * self.chunk + lane
+            return u if u < self.num_units else -1
+        part, j = divmod(lane, self.chunk)
         if part < self.world - 1:
             o, k = (rank + 1 + part) % self.world, rnd
         else:
             o, k = rank, rnd - self.lag
+        start = self.unit_list_start(o)
         idx = k * self.chunk + j
-        if k < 0 or idx >= self.list_len(o):
+        if k < 0 or idx >= self.unit_list_start(o + 1) - start:
             return -1
-        return self.list_start(o) + idx
+        return start + idx
+
+    def scheduled(self, rank: int, cta: int, rnd: int) -> int:
+        """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
+        if self.cta_group == 1:
+            return self.scheduled_unit(rank, cta, rnd)
+        u = self.scheduled_unit(rank, cta // 2, rnd)
+        if u < 0:
+            return -1
+        pm, tn = divmod(u, self.tiles_n)
+        tm = 2 * pm + cta % 2
+        return tm * self.tiles_n + tn if tm < self.tiles_m else -1
 
     def round_of(self, rank: int, t: int) -> int:
         for c in range(self.grid):
@@ -139,10 +190,23 @@ class TilePlan:
         return (src - owner - 1) % world
 
 
-def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str) -> TilePlan:
+def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
+              arch: str = "sm_90a", bn: int | None = None,
+              cta_group: int | None = None) -> TilePlan:
+    """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
+    ``bn`` / ``cta_group`` override it (tests, experiments)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    bn = choose_bn(M, N, sm_count)
+    if arch == "sm_100a":
+        bn0, cg0 = choose_sm100(M, N, K)
+    else:
+        bn0, cg0 = choose_bn(M, N, sm_count), 1
+    bn = bn0 if bn is None else bn
+    cta_group = cg0 if cta_group is None else cta_group
+    if cta_group not in (1, 2):
+        raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
+    if cta_group == 2:
+        return _make_pair_plan(M, N, K, world, sm_count, mode, bn)
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     num_tiles = tiles_m * tiles_n
@@ -159,6 +223,26 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str) -> T
     # A round of slack pays for itself only when there are enough rounds to hide it.
     lag = 1 if chunks >= 3 else 0
     return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag)
+
+
+def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
+                    bn: int) -> TilePlan:
+    """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
+    lag 0 (see the module docstring)."""
+    tiles_m = ceil_div(M, BM)
+    tiles_n = N // bn
+    padded_M = ceil_div(M, world) * world
+    base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
+                    tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
+                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
+                    cluster_mn=(2, 1), cta_group=2)
+    clusters = max(1, sm_count // 2)
+    if mode == "gemm":
+        lanes = min(base.num_units, clusters)
+        return replace(base, grid=2 * lanes, chunk=lanes, rounds=ceil_div(base.num_units, lanes))
+    longest = max(base.unit_list_start(o + 1) - base.unit_list_start(o) for o in range(world))
+    chunk = max(1, min(clusters // world, longest))
+    return replace(base, grid=2 * world * chunk, chunk=chunk, rounds=ceil_div(max(longest, 1), chunk))
 
 
 def max_recv_slots(max_M: int, N: int, world: int, bn: int) -> int:

@@ -163,3 +163,29 @@ def ld_shared_v4(addr, *, loc=None, ip=None):
     s = _asm(_struct(4, "i32"), [_v(addr, Int32, loc, ip)],
              "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip)
     return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+
+
+@dsl_user_op
+def st_shared_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
+    """16-byte shared-memory store at a 32-bit shared-window address."""
+    _asm(None, [_v(addr, Int32, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
+         "st.shared.v4.b32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_shared_u32(addr, *, loc=None, ip=None) -> Int32:
+    return Int32(_asm(T.i32(), [_v(addr, Int32, loc, ip)],
+                      "ld.shared.b32 $0, [$1];", "=r,r,~{memory}", loc, ip))
+
+
+# ---------------------------------------------------------------- sm100 tensor memory
+@dsl_user_op
+def tmem_ld_row32(taddr, *, loc=None, ip=None):
+    """sm100: 32 consecutive fp32 columns of this thread's TMEM lane (32x32b shape, x32),
+    waited for. The warp reads lanes 32 * (warp % 4) .. +31 from column ``taddr & 0xffff``."""
+    outs = ", ".join(f"${i}" for i in range(32))
+    s = _asm(_struct(32, "f32"), [_v(taddr, Int32, loc, ip)],
+             "tcgen05.ld.sync.aligned.32x32b.x32.b32 {" + outs + "}, [$32];\n"
+             "tcgen05.wait::ld.sync.aligned;",
+             ",".join(["=f"] * 32) + ",r,~{memory}", loc, ip)
+    return [Float32(llvm.extractvalue(T.f32(), s, [i], loc=loc, ip=ip)) for i in range(32)]

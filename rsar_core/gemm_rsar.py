@@ -21,13 +21,17 @@ log = logging.getLogger("rsar")
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("RSAR_TIMEOUT_S", "5"))
 _ARCH = {9: "sm_90a", 10: "sm_100a"}
+KERNEL_ARCHS = ("sm_90a", "sm_100a")  # arches launch/ has a kernel for
 
 
 def _arch_of(device: torch.device) -> str | None:
+    """The kernel arch for this device, or None. Arch-specific ("a") cubins run only on their
+    own compute capability: sm_90a on 9.0 (H100/H200), sm_100a on 10.0 (B200/GB200); 10.3
+    (B300/GB300) and others have no kernel yet."""
     major, minor = torch.cuda.get_device_capability(device)
     if (major, minor) == (9, 0):
         return "sm_90a"
-    if major == 10:
+    if (major, minor) == (10, 0):
         return "sm_100a"
     return None
 
@@ -44,6 +48,7 @@ class GemmRsAr:
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
                  timeout_s: float = DEFAULT_TIMEOUT_S, workspace: Workspace | None = None) -> None:
         self._ws: Workspace | None = None
+        self._on_close: list = []  # callables close() runs once (rsar_core.torch_op unregisters)
         self._owns_ws = workspace is None
         self._broken: RsarTimeoutError | None = None
         if workspace is not None:
@@ -85,7 +90,7 @@ class GemmRsAr:
     # ------------------------------------------------------------------ queries
     def can_run(self, w: Any) -> bool:
         """Whether ``w`` (an (N, K) tensor or a module with ``.weight``) is usable here."""
-        if self._ws is None or self._ws.closed or self.arch != "sm_90a":
+        if self._ws is None or self._ws.closed or self.arch not in KERNEL_ARCHS:
             return False
         try:
             check_weight(weight_of(w), self.N, self.device)
@@ -101,14 +106,12 @@ class GemmRsAr:
         return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
 
     def plan(self, M: int, K: int) -> TilePlan:
-        return make_plan(M, self.N, K, self.world, self.sm_count, self.mode)
+        return make_plan(M, self.N, K, self.world, self.sm_count, self.mode, arch=self.arch)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
         self._require_open()
-        if self.arch != "sm_90a":
-            raise RuntimeError(f"no kernel for this GPU ({torch.cuda.get_device_name(self.device)}, "
-                               f"compute capability {torch.cuda.get_device_capability(self.device)})")
+        self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
         self.check()
         w = weight_of(w)
@@ -125,6 +128,7 @@ class GemmRsAr:
         Not collective; for benchmarks that separate the GEMM from the exchange.
         """
         self._require_open()
+        self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
         w = weight_of(w)
         M, K = x.shape
@@ -139,12 +143,21 @@ class GemmRsAr:
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = make_plan(M, self.N, K, self.world, self.sm_count, mode)
-            fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport))
+            plan = make_plan(M, self.N, K, self.world, self.sm_count, mode, arch=self.arch)
+            fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
+                                   plan.cta_group))
             hit = self._plans[key] = (plan, fn)
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
+
+    def _require_kernel(self) -> None:
+        if self.arch not in KERNEL_ARCHS:
+            raise RuntimeError(
+                f"no kernel for this GPU ({torch.cuda.get_device_name(self.device)}, compute "
+                f"capability {torch.cuda.get_device_capability(self.device)}): rsar has kernels "
+                f"for compute capability 9.0 (sm_90a: H100/H200) and 10.0 (sm_100a: B200/GB200); "
+                f"check can_run() first")
 
     def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
                 plan: TilePlan) -> None:
@@ -183,6 +196,9 @@ class GemmRsAr:
         ws, self._ws = self._ws, None
         if ws is not None and self._owns_ws:
             ws.close()
+        hooks, self._on_close = self._on_close, []
+        for cb in hooks:
+            cb()
 
     def __enter__(self) -> "GemmRsAr":
         return self

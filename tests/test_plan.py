@@ -156,3 +156,66 @@ def test_simulated_exchange_sums_exactly():
                     total = part[(o, g)] + sum(
                         recv[(o, s, p.recv_slot(o, t), g % BM)] for s in range(world - 1))
                     assert total == sum(part[(r, g)] for r in range(world))
+
+
+# ---------------------------------------------------------------- sm100: 2-CTA pair schedule
+from launch.plan import choose_sm100  # noqa: E402
+
+
+def _pair_plans(mode, Ns=(128, 384, 7168)):
+    for world, M, N in itertools.product(WORLDS, MS, Ns):
+        yield make_plan(M, N, 1024, world, 148, mode, arch="sm_100a", bn=128, cta_group=2)
+
+
+def test_sm100_choice():
+    assert choose_sm100(128, 7168, 1024) == (128, 1)      # one tile row: nothing to pair
+    assert choose_sm100(256, 7168, 1024) == (128, 2)      # even tile rows
+    assert choose_sm100(1000, 7168, 1024) == (128, 2)     # 8 tile rows: even
+    assert choose_sm100(300, 7168, 1024) == (128, 1)      # 3 tile rows, M < 1024
+    assert choose_sm100(1100, 7168, 1024)[1] == 2         # M >= 1024
+    assert choose_sm100(8192, 7168, 4096) == (256, 2)     # M*K >= 24 Mi
+    assert choose_sm100(8192, 384, 4096) == (128, 2)      # 384 % 256 != 0
+    p = make_plan(8192, 7168, 4096, 2, 148, "rs", arch="sm_100a")
+    assert (p.bn, p.cta_group, p.cluster_mn) == (256, 2, (2, 1))
+    assert make_plan(8192, 7168, 1024, 2, 132, "rs").cta_group == 1  # sm90 unchanged
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
+def test_pair_schedule_covers_every_tile_once(mode):
+    for p in _pair_plans(mode):
+        assert p.grid % 2 == 0 and 0 < p.grid <= p.sm_count
+        assert p.lag == 0
+        for rank in range(p.world if mode != "gemm" else 1):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+            # the two CTAs of a cluster get the two vertically adjacent tiles of one pair
+            for c in range(0, p.grid, 2):
+                for r in range(p.rounds):
+                    u = p.scheduled_unit(rank, c // 2, r)
+                    a, b = p.scheduled(rank, c, r), p.scheduled(rank, c + 1, r)
+                    if u < 0:
+                        assert a == b == -1
+                        continue
+                    pm, tn = divmod(u, p.tiles_n)
+                    assert a == 2 * pm * p.tiles_n + tn
+                    assert b == (a + p.tiles_n if 2 * pm + 1 < p.tiles_m else -1)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_pair_schedule_cannot_deadlock(mode):
+    for p in _pair_plans(mode, Ns=(128, 7168)):
+        rounds = [_rounds_by_tile(p, r) for r in range(p.world)]
+        for r in range(p.world):
+            for t, rr in rounds[r].items():
+                if p.tile_owners(t) != [r]:
+                    continue
+                for q in range(p.world):
+                    if q != r:
+                        assert rounds[q][t] + p.lag <= rr, (p, r, q, t)
+
+
+def test_pair_unit_lists_partition_the_pairs():
+    for mode in ("rs", "ar"):
+        for p in _pair_plans(mode, Ns=(128, 384)):
+            starts = [p.unit_list_start(o) for o in range(p.world + 1)]
+            assert starts[0] == 0 and starts[-1] == p.num_units
+            assert starts == sorted(starts)

@@ -1,0 +1,96 @@
+"""Every sm100 kernel variant compiles for sm_100a on this (GPU-less) machine, and its PTX
+carries the instructions the variant exists for. Compiling to a cubin runs ptxas, so a pass
+also means ptxas accepted the PTX for sm_100a.
+
+CI compiles the full matrix (RS/AR x BN {128, 256} x cta_group {1, 2} x {unicast, multicast},
+world 2; plus world 4 and the communication-free GEMM); about 3 s per variant on one core.
+``RSAR_FULL_COMPILE=1`` adds world 8 and 16 variants.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from launch.cache import Variant, compile_variant, kernel_for  # noqa: E402
+
+VARIANTS = [Variant("sm_100a", bn, 2, mode, tr, cg)
+            for mode, bn, cg, tr in itertools.product(("rs", "ar"), (128, 256), (1, 2),
+                                                      ("unicast", "multicast"))]
+VARIANTS += [
+    Variant("sm_100a", 128, 4, "rs", "unicast", 2),
+    Variant("sm_100a", 256, 2, "gemm", "unicast", 1),
+    Variant("sm_100a", 128, 2, "gemm", "unicast", 2),
+]
+if os.environ.get("RSAR_FULL_COMPILE") == "1":
+    VARIANTS += [Variant("sm_100a", 128, w, mode, tr, cg)
+                 for w, mode, tr, cg in itertools.product((8, 16), ("rs", "ar"),
+                                                          ("unicast", "multicast"), (1, 2))]
+
+
+@pytest.fixture(scope="module")
+def ptx_of():
+    out = {}
+
+    def get(v: Variant) -> str:
+        if v not in out:
+            out[v] = compile_variant(v, keep_ptx=True).artifacts.PTX
+        return out[v]
+    return get
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
+def test_variant_ptx(ptx_of, v):
+    ptx = ptx_of(v)
+    assert ".target sm_100a" in ptx
+    assert "tcgen05.mma" in ptx and "tcgen05.ld" in ptx and "tcgen05.alloc" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+    assert "wgmma" not in ptx
+    if v.cta_group == 2:
+        assert "tcgen05.mma.cta_group::2" in ptx and "tcgen05.alloc.cta_group::2" in ptx
+    else:
+        assert "cta_group::2" not in ptx
+    if v.mode == "gemm":
+        assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
+        return
+    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+    if v.transport == "multicast":
+        assert "multimem.ld_reduce" in ptx
+        if v.mode == "ar":
+            assert "multimem.st" in ptx
+        else:
+            assert "multimem.st" not in ptx
+    else:
+        assert "multimem" not in ptx
+
+
+def test_sm100_kernel_shares_the_protocol_code():
+    """The communication role is CommWarps' code, the very methods sm90 runs."""
+    from launch.comm_warps import CommWarps
+    from launch.sm90_kernel import Sm90FusedKernel
+    k100 = kernel_for(Variant("sm_100a", 128, 2, "rs", "unicast", 2))
+    k90 = kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast"))
+    assert isinstance(k100, CommWarps) and isinstance(k90, Sm90FusedKernel)
+    for name in ("_comm_role", "_scheduled", "_push_sub", "_reduce_sub", "_deferred_reduce",
+                 "_ar_copy_out"):
+        assert getattr(type(k100), name) is getattr(CommWarps, name) is getattr(Sm90FusedKernel, name)
+    assert k100.comm_bar.barrier_id != 0 and k90.cta_group == 1
+
+
+def test_sm100_call_signature_matches_sm90():
+    import inspect
+    from launch.sm90_kernel import Sm90FusedKernel
+    from launch.sm100_kernel import Sm100FusedKernel
+
+    def params(cls):
+        fn = inspect.unwrap(cls.__call__)
+        return [(p.name, p.annotation) for p in inspect.signature(fn).parameters.values()]
+    assert params(Sm100FusedKernel) == params(Sm90FusedKernel)
+
+
+def test_sm90_variants_reject_cta_group_2():
+    with pytest.raises(ValueError):
+        kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", 2))

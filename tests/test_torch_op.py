@@ -1,0 +1,293 @@
+"""rsar::gemm_rsar as a torch.library op, on the CPU: schema, registry, fake shapes, compile.
+
+A stand-in with the attributes the fake kernel reads (world, N, all_reduce) plays the
+GemmRsAr; for the compile tests the registered op's kernel is also registered for the CPU,
+so it looks up the stand-in, whose __call__ is the float32 reference for rank 0: the rows
+rank 0 would own of x @ w.T (RS, padded to a multiple of world) or all of it (AR).
+"""
+from __future__ import annotations
+
+import gc
+import shutil
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from rsar_core import torch_op
+from rsar_core.reference import rs_rows
+from rsar_core.torch_op import RowParallelLinear, gemm_rsar, lookup, register, unregister
+
+
+class StandIn:
+    """What the op needs of a GemmRsAr, with a CPU reference as the call."""
+
+    def __init__(self, N: int, all_reduce: bool, world: int = 2, rank: int = 0) -> None:
+        self.N, self.all_reduce, self.world, self.rank = N, all_reduce, world, rank
+        self.calls = 0
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        assert x.dtype == w.dtype == torch.bfloat16 and w.shape[0] == self.N
+        full = x.float() @ w.float().T
+        if not self.all_reduce:
+            full = rs_rows(full, self.rank, self.world)
+        return full.to(torch.bfloat16).contiguous()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_kernel():
+    """The CUDA kernel (registry lookup + call) for CPU tensors too; once per process."""
+    opdef = torch_op._gemm_rsar
+    if "cpu" not in opdef._backend_fns:
+        torch.library.register_kernel(torch_op.OP_NAME, "cpu", torch_op._gemm_rsar._init_fn)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _inputs(M: int, N: int, K: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    w = (torch.randn(N, K, generator=g) * K ** -0.5).to(torch.bfloat16)
+    return x, w
+
+
+def _rows(M: int, world: int, ar: bool) -> int:
+    return M if ar else -(-M // world)
+
+
+# ------------------------------------------------------------------ schema and registry
+def test_schema():
+    ov = torch.ops.rsar.gemm_rsar.default
+    assert str(ov._schema) == "rsar::gemm_rsar(Tensor x, Tensor w, int handle) -> Tensor"
+    assert not ov._schema.is_mutable
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.OP_NAME, "CUDA")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.OP_NAME, "Meta")
+
+
+def test_register_idempotent_and_unregister():
+    a, b = StandIn(384, False), StandIn(384, False)
+    ha = register(a)
+    assert register(a) == ha and lookup(ha) is a
+    hb = register(b)
+    assert hb != ha and lookup(hb) is b
+    assert torch_op._decode(ha) == (2, 384, False)
+    assert torch_op._decode(register(StandIn(7168, True, world=8))) == (8, 7168, True)
+    unregister(a)
+    unregister(a)  # no-op the second time
+    with pytest.raises(RuntimeError, match="names no registered op"):
+        lookup(ha)
+    ha2 = register(a)
+    assert ha2 not in (ha, hb), "handles are never reused"
+    unregister(a)
+    unregister(b)
+
+
+def test_collected_op_leaves_registry():
+    s = StandIn(128, True)
+    h = register(s)
+    assert h in torch_op._REGISTRY
+    del s
+    gc.collect()
+    assert h not in torch_op._REGISTRY
+    with pytest.raises(RuntimeError, match="names no registered op"):
+        lookup(h)
+
+
+def test_on_close_hook_is_used():
+    """An op exposing ``_on_close`` (callables its close() runs) drops its handle on close."""
+    class Closable(StandIn):
+        def __init__(self) -> None:
+            super().__init__(256, False)
+            self._on_close: list = []
+
+        def close(self) -> None:
+            for cb in self._on_close:
+                cb()
+
+    c = Closable()
+    h = register(c)
+    c.close()
+    with pytest.raises(RuntimeError, match="names no registered op"):
+        lookup(h)
+
+
+def test_unknown_handle_errors():
+    x, w = _inputs(8, 128, 64)
+    with pytest.raises(RuntimeError, match="names no registered op"):
+        torch.ops.rsar.gemm_rsar(x, w, 12345)
+    with FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(x), mode.from_tensor(w)
+        with pytest.raises(RuntimeError, match="names no registered op"):
+            torch.ops.rsar.gemm_rsar(fx, fw, 12345)
+
+
+# ------------------------------------------------------------------ the fake kernel
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_fake_shapes(world, ar):
+    s = StandIn(384, ar, world=world)
+    h = register(s)
+    with FakeTensorMode():
+        for M in (1, 2, 3, 7, 127, 128, 129, 1000, 8191, 8192):
+            x = torch.empty(M, 256, dtype=torch.bfloat16)
+            w = torch.empty(384, 256, dtype=torch.bfloat16)
+            y = torch.ops.rsar.gemm_rsar(x, w, h)
+            assert tuple(y.shape) == (_rows(M, world, ar), 384), (M, world, ar)
+            assert y.dtype == torch.bfloat16 and y.is_contiguous()
+    assert s.calls == 0, "the fake kernel must not call the op"
+
+
+def test_fake_checks_shapes():
+    s = StandIn(384, False)
+    h = register(s)
+    with FakeTensorMode():
+        x = torch.empty(64, 256, dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError, match="N=384"):
+            torch.ops.rsar.gemm_rsar(x, torch.empty(128, 256, dtype=torch.bfloat16), h)
+        with pytest.raises(RuntimeError, match="K=256"):
+            torch.ops.rsar.gemm_rsar(x, torch.empty(384, 128, dtype=torch.bfloat16), h)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_fake_symbolic_M(ar):
+    """make_fx with symbolic shapes: the output rows are an expression of M, not a number."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    s = StandIn(128, ar, world=4)
+    h = register(s)
+    x, w = _inputs(10, 128, 64)
+    gm = make_fx(lambda x, w: torch.ops.rsar.gemm_rsar(x, w, h), tracing_mode="symbolic")(x, w)
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    rows = out.meta["val"].shape[0]
+    assert isinstance(rows, torch.SymInt)
+    if not ar:
+        assert "//" in str(rows), str(rows)
+    for M in (2, 5, 9, 10, 13):
+        xm, wm = _inputs(M, 128, 64, seed=M)
+        assert gm(xm, wm).shape == (_rows(M, 4, ar), 128)
+
+
+def test_opcheck_cpu():
+    """torch.library.opcheck on the CPU kernel: schema, fake vs real, AOT dispatch."""
+    for ar in (False, True):
+        h = register(s := StandIn(256, ar, world=2))
+        for M in (3, 64):
+            x, w = _inputs(M, 256, 128, seed=M)
+            torch.library.opcheck(torch.ops.rsar.gemm_rsar.default, (x, w, h))
+        unregister(s)
+
+
+# ------------------------------------------------------------------ torch.compile
+class Block(nn.Module):
+    """Something before and after the op, so the compiler has to schedule around it."""
+
+    def __init__(self, op, weight):
+        super().__init__()
+        self.proj = RowParallelLinear(op, weight)
+
+    def forward(self, x):
+        y = self.proj(x * 2)
+        return y.float() * 0.5
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_compile_one_graph_dynamic(ar):
+    s = StandIn(384, ar, world=2)
+    _, w = _inputs(1, 384, 128)
+    block = Block(s, w)
+    cnt = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(block, backend=cnt, fullgraph=True, dynamic=True)
+    # Not M <= 2: one output row meets the compiler's size-1 specialisation (a second graph,
+    # as for any op whose output can have one row), which is not what this test is about.
+    for M in (3, 5, 64, 127, 129, 1000):
+        x, _ = _inputs(M, 384, 128, seed=M)
+        got = compiled(x)
+        want = block(x)
+        assert got.shape == (_rows(M, 2, ar), 384)
+        assert torch.equal(got, want), f"M={M}"
+    assert cnt.frame_count == 1, f"{cnt.frame_count} compiles for 6 values of M"
+    # The handle is a constant of the graph, not a graph input.
+    code = cnt.graphs[0].code
+    assert "gemm_rsar" in code
+    assert str(block.proj.handle) in code
+
+
+def test_explain_no_graph_breaks():
+    s = StandIn(256, False, world=2)
+    _, w = _inputs(1, 256, 64)
+    block = Block(s, w)
+    x, _ = _inputs(33, 256, 64)
+    ex = torch._dynamo.explain(block)(x)
+    assert ex.graph_count == 1 and ex.graph_break_count == 0, ex
+
+
+def test_compile_helper_with_op_argument():
+    """gemm_rsar(x, w, op) on a registered op traces to one graph too."""
+    s = StandIn(128, True, world=2)
+    register(s)
+    _, w = _inputs(1, 128, 64)
+
+    def f(x, w, op):
+        return gemm_rsar(torch.relu(x), w, op) + 1
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    cf = torch.compile(f, backend=cnt, fullgraph=True, dynamic=True)
+    for M in (5, 17, 40):
+        x, _ = _inputs(M, 128, 64, seed=M)
+        assert torch.equal(cf(x, w, s), f(x, w, s))
+    assert cnt.frame_count == 1
+    unregister(s)
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                    reason="Inductor's CPU backend needs a C++ compiler")
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_compile_inductor_cpu(ar):
+    """The default backend (Inductor) around the op: same numbers as eager, one graph."""
+    s = StandIn(256, ar, world=2)
+    _, w = _inputs(1, 256, 64)
+    block = Block(s, w)
+    cnt = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(block, backend=cnt, fullgraph=True, dynamic=True)
+    for M in (7, 96, 301):
+        x, _ = _inputs(M, 256, 64, seed=M)
+        got = compiled(x)
+        assert got.shape == (_rows(M, 2, ar), 256)
+        torch.testing.assert_close(got, block(x), rtol=0, atol=0)
+    assert cnt.frame_count == 1
+
+
+def test_row_parallel_linear_module():
+    s = StandIn(128, False)
+    _, w = _inputs(1, 128, 64)
+    m = RowParallelLinear(s, w)
+    assert isinstance(m.weight, nn.Parameter) and not m.weight.requires_grad
+    assert "weight" in m.state_dict() and m.handle == register(s)
+    assert "mode=rs" in repr(m)
+    p = nn.Parameter(w.clone())
+    assert RowParallelLinear(s, p).weight is p
+    with pytest.raises(ValueError, match="N=128"):
+        RowParallelLinear(s, w[:64])
+    x, _ = _inputs(9, 128, 64)
+    assert m(x).shape == (5, 128)
+
+
+def test_helper_registers_on_first_compiled_call():
+    """An op not yet registered: the first compiled call breaks at register(), then works."""
+    s = StandIn(128, False, world=2)
+    _, w = _inputs(1, 128, 64)
+    cf = torch.compile(lambda x: gemm_rsar(x, w, s), backend="aot_eager")
+    x, _ = _inputs(11, 128, 64)
+    assert torch.equal(cf(x), s(x, w))
+    assert lookup(register(s)) is s
+    assert torch.equal(cf(x), s(x, w))
+    unregister(s)
