@@ -144,8 +144,14 @@ class GemmRsAr:
             if len(self._plans) > 4096:
                 self._plans.clear()
             plan = make_plan(M, self.N, K, self.world, self.sm_count, mode, arch=self.arch)
+            compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group))
+            if CACHE.compile_count != compiled_before and mode != "gemm":
+                # Ranks compile the same variant at the same call; without this the first
+                # to finish would spend its peers' compile time in the kernel's spin-waits,
+                # and a compile slower than the time limit would look like a dead peer.
+                self._ws.bootstrap.barrier()
             hit = self._plans[key] = (plan, fn)
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
