@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every GPU check, one log each, on a host with 2 GPUs:   tests/gpu/run_all.sh OUTDIR
+# Each step has a time limit so a hang costs minutes, not the whole session; the summary
+# line of each step is printed at the end.
+set -u
+out=${1:-gpu-logs}
+mkdir -p "$out"
+export RSAR_TIMEOUT_S=${RSAR_TIMEOUT_S:-5} RSAR_GPU_REPORT=$out/report.json
+P="python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning"
+run() {  # name limit command...
+  local name=$1 limit=$2; shift 2
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$? :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup' "$out/$name.log" | tail -1)"
+}
+run fused 150 mpirun -n 2 $P tests/gpu/test_fused_gpu.py
+run embedding 150 mpirun -n 2 $P tests/gpu/test_embedding_gpu.py
+run torch_op 120 mpirun -n 2 $P tests/gpu/test_torch_op_gpu.py
+run symmetric 60 mpirun -n 2 $P tests/gpu/test_symmetric_gpu.py
+run tp_mpirun 90 mpirun -n 2 python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
+run tp_torchrun 90 torchrun --nproc-per-node 2 scripts/tp_worker.py --torchrun
+run demo 60 mpirun -n 2 python3 scripts/demo.py
