@@ -192,9 +192,11 @@ class TilePlan:
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
-              cta_group: int | None = None) -> TilePlan:
+              cta_group: int | None = None, pair_ctas: int | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
-    ``bn`` / ``cta_group`` override it (tests, experiments)."""
+    ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
+    can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
+    count); every CTA of the persistent grid must be resident, or waits could never end."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if arch == "sm_100a":
@@ -206,7 +208,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group == 2:
-        return _make_pair_plan(M, N, K, world, sm_count, mode, bn)
+        slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
+        return _make_pair_plan(M, N, K, world, slots, mode, bn)
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     num_tiles = tiles_m * tiles_n

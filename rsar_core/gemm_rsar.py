@@ -67,6 +67,7 @@ class GemmRsAr:
         self.arch = _arch_of(self.device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
+        self.pair_ctas = self._pair_ctas() if self.arch == "sm_100a" else None
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -81,6 +82,15 @@ class GemmRsAr:
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
                   "own" if self._owns_ws else "shared")
+
+    def _pair_ctas(self) -> int | None:
+        """CTAs that fit at once as 2-CTA clusters at one CTA per SM (sm100 only)."""
+        try:
+            from cutlass.utils import HardwareInfo
+            return 2 * HardwareInfo(self.device.index).get_max_active_clusters(2)
+        except Exception as e:  # the 1-CTA kernels are unaffected; be conservative
+            log.debug("cluster occupancy query failed (%s): 2-CTA plans use half the SMs", e)
+            return self.sm_count // 2
 
     @property
     def workspace(self) -> Workspace:
@@ -106,7 +116,8 @@ class GemmRsAr:
         return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
 
     def plan(self, M: int, K: int) -> TilePlan:
-        return make_plan(M, self.N, K, self.world, self.sm_count, self.mode, arch=self.arch)
+        return make_plan(M, self.N, K, self.world, self.sm_count, self.mode, arch=self.arch,
+                         pair_ctas=self.pair_ctas)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -143,7 +154,8 @@ class GemmRsAr:
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = make_plan(M, self.N, K, self.world, self.sm_count, mode, arch=self.arch)
+            plan = make_plan(M, self.N, K, self.world, self.sm_count, mode, arch=self.arch,
+                             pair_ctas=self.pair_ctas)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group))

@@ -219,3 +219,10 @@ def test_pair_unit_lists_partition_the_pairs():
             starts = [p.unit_list_start(o) for o in range(p.world + 1)]
             assert starts[0] == 0 and starts[-1] == p.num_units
             assert starts == sorted(starts)
+
+
+def test_pair_plan_respects_resident_clusters():
+    full = make_plan(8192, 7168, 4096, 2, 148, "rs", arch="sm_100a", cta_group=2)
+    capped = make_plan(8192, 7168, 4096, 2, 148, "rs", arch="sm_100a", cta_group=2, pair_ctas=132)
+    assert capped.grid <= 132 < full.grid
+    assert capped.grid % 2 == 0
