@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .plan import BLACKWELL
+
 log = logging.getLogger("rsar.launch")
 
-ARCHS = ("sm_90a", "sm_100a")
+ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ def kernel_for(v: Variant) -> Any:
         if v.cta_group != 1:
             raise ValueError(f"sm_90a kernels are 1-CTA, got cta_group={v.cta_group}")
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport)
-    if v.arch == "sm_100a":
+    if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
     raise NotImplementedError(f"no kernel for {v.arch} yet")

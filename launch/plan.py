@@ -41,6 +41,8 @@ BM = 128
 BK = 64
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
+# Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
+BLACKWELL = ("sm_100a", "sm_103a")
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -199,7 +201,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     count); every CTA of the persistent grid must be resident, or waits could never end."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if arch == "sm_100a":
+    if arch in BLACKWELL:
         bn0, cg0 = choose_sm100(M, N, K)
     else:
         bn0, cg0 = choose_bn(M, N, sm_count), 1

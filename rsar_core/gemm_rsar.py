@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from launch.cache import CACHE, Variant
-from launch.plan import TilePlan, make_plan
+from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
@@ -20,20 +20,24 @@ from .workspace import Workspace
 log = logging.getLogger("rsar")
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("RSAR_TIMEOUT_S", "5"))
-_ARCH = {9: "sm_90a", 10: "sm_100a"}
-KERNEL_ARCHS = ("sm_90a", "sm_100a")  # arches launch/ has a kernel for
+KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
+
+
+def kernel_arch_for(capability: tuple[int, int]) -> str | None:
+    """The kernel target for a compute capability, or None when rsar has no kernel for it."""
+    major, minor = capability
+    if (major, minor) == (9, 0):
+        return "sm_90a"
+    if major == 10 and f"sm_10{minor}a" in BLACKWELL:
+        return f"sm_10{minor}a"
+    return None
 
 
 def _arch_of(device: torch.device) -> str | None:
-    """The kernel arch for this device, or None. Arch-specific ("a") cubins run only on their
-    own compute capability: sm_90a on 9.0 (H100/H200), sm_100a on 10.0 (B200/GB200); 10.3
-    (B300/GB300) and others have no kernel yet."""
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) == (9, 0):
-        return "sm_90a"
-    if (major, minor) == (10, 0):
-        return "sm_100a"
-    return None
+    """Arch-specific ("a") cubins run only on their own compute capability: sm_90a on 9.0
+    (H100/H200), sm_100a on 10.0 (B200/GB200), sm_103a (the same sm100 source) on 10.3
+    (B300/GB300)."""
+    return kernel_arch_for(tuple(torch.cuda.get_device_capability(device)))
 
 
 class GemmRsAr:
@@ -67,7 +71,7 @@ class GemmRsAr:
         self.arch = _arch_of(self.device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
-        self.pair_ctas = self._pair_ctas() if self.arch == "sm_100a" else None
+        self.pair_ctas = self._pair_ctas() if self.arch in BLACKWELL else None
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(

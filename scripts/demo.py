@@ -73,10 +73,11 @@ def cannot_run_reason(cuda_available: bool, device_count: int, world: int,
     if world > device_count:
         return (f"rsar demo: {world} ranks but only {device_count} CUDA GPUs on this host; "
                 f"run at most one rank per GPU (mpirun -n {device_count} ...)")
-    if capability is not None and capability != (9, 0):
+    from rsar_core.gemm_rsar import kernel_arch_for  # repo root is on sys.path (above)
+    if capability is not None and kernel_arch_for(tuple(capability)) is None:
         cc = f"{capability[0]}.{capability[1]}"
         return (f"rsar demo: no rsar kernel for this GPU yet ({gpu_name or 'GPU'}, compute "
-                f"capability {cc}); the fused op runs on Hopper (sm_90) for now")
+                f"capability {cc}); rsar has kernels for compute capability 9.0, 10.0 and 10.3")
     return None
 
 

@@ -62,7 +62,7 @@ N_ALIGN = 128   # GemmRsAr: N (= hidden) must be a multiple of 128
 K_ALIGN = 64    # GemmRsAr: K (= intermediate / world) must be a multiple of 64
 MIN_MAX_M = 128  # GemmRsAr: max_M >= 128
 # Compute capabilities rsar has a kernel for (GemmRsAr's arch table): sm_90a, sm_100a.
-KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200"}
+KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200", (10, 3): "B300/GB300"}
 
 VARIANTS = ("fused_ar", "mm_ar", "fused_rs_ag", "mm_rs_ag")
 LABELS = {

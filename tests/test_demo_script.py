@@ -105,7 +105,7 @@ def test_bad_arguments_are_usage_errors():
     (True, 2, 1, (9, 0), "started as a single process"),
     (True, 2, 4, (9, 0), "4 ranks but only 2 CUDA GPUs"),
     (True, 8, 2, (8, 0), "no rsar kernel for this GPU yet"),
-    (True, 8, 2, (10, 0), "compute capability 10.0"),
+    (True, 8, 2, (12, 0), "compute capability 12.0"),
 ])
 def test_cannot_run_reasons(cuda, count, world, cap, expect):
     why = demo.cannot_run_reason(cuda, count, world, cap, "Some GPU")

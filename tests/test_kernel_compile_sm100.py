@@ -94,3 +94,10 @@ def test_sm100_call_signature_matches_sm90():
 def test_sm90_variants_reject_cta_group_2():
     with pytest.raises(ValueError):
         kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", 2))
+
+
+def test_b300_target_compiles_from_the_same_source():
+    """10.3 GPUs (B300/GB300) get the sm100 source compiled for sm_103a."""
+    from launch.cache import compile_variant
+    ptx = compile_variant(Variant("sm_103a", 128, 2, "rs", "unicast", 1), keep_ptx=True).artifacts.PTX
+    assert ".target sm_103a" in ptx and "tcgen05.mma" in ptx

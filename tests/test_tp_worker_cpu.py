@@ -226,8 +226,8 @@ def test_bad_arguments_are_usage_errors(argv, msg):
      "3 ranks on this host"),
     (dict(cuda_available=True, device_count=8, world=2, capability=(8, 0)),
      "no rsar kernel for this GPU yet"),
-    (dict(cuda_available=True, device_count=8, world=2, capability=(10, 3)),
-     "compute capability 10.3"),
+    (dict(cuda_available=True, device_count=8, world=2, capability=(12, 0)),
+     "compute capability 12.0"),
 ])
 def test_cannot_run_reasons(kw, expect):
     why = tpw.cannot_run_reason(**kw, gpu_name="Some GPU")
