@@ -59,9 +59,21 @@ def example_args() -> list:
             + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
 
 
-def compile_variant(v: Variant, *, keep_ptx: bool = False) -> Any:
+def host_target() -> str:
+    """The CuTe DSL host-target option naming this machine; exporting a compiled kernel to
+    an object file needs an explicit triple."""
+    import platform
+    machine = platform.machine()
+    if machine in ("aarch64", "arm64"):
+        return "linux-aarch64"
+    return "'llvm -mtriple=x86_64-unknown-linux-gnu'"
+
+
+def compile_variant(v: Variant, *, keep_ptx: bool = False, exportable: bool = False) -> Any:
     import cutlass.cute as cute
     opts = f"--gpu-arch {v.arch}"
+    if exportable:
+        opts += f" --host-target {host_target()}"
     if keep_ptx:
         import tempfile
         opts += f" --keep-ptx --dump-dir {tempfile.mkdtemp(prefix='rsar-ptx-')}"
@@ -72,8 +84,25 @@ def compile_variant(v: Variant, *, keep_ptx: bool = False) -> Any:
 
 
 def compile_fast(v: Variant) -> Any:
+    """The variant's launcher: from the on-disk cache when enabled, else compiled here."""
+    from . import disk_cache
     from .fast_call import FastCall
-    return FastCall(compile_variant(v), ARG_KINDS)
+    directory = disk_cache.cache_dir()
+    compiled = None
+    if directory is not None:
+        t0 = time.perf_counter()
+        compiled = disk_cache.load(v, directory)
+        if compiled is not None:
+            log.info("loaded %s from %s in %.3f s", v.describe(), directory,
+                     time.perf_counter() - t0)
+    if compiled is None:
+        compiled = compile_variant(v, exportable=directory is not None)
+        if directory is not None:
+            try:
+                disk_cache.store(v, compiled, directory)
+            except OSError as e:  # a read-only cache is still a cache
+                log.warning("could not store %s in %s: %s", v.describe(), directory, e)
+    return FastCall(compiled, ARG_KINDS)
 
 
 class KernelCache:

@@ -1,0 +1,42 @@
+"""The on-disk kernel cache: precompiled on this GPU-less machine, loaded back, launchable."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from launch import disk_cache  # noqa: E402
+from launch.cache import ARG_KINDS, Variant, compile_fast, compile_variant  # noqa: E402
+from launch.fast_call import FastCall  # noqa: E402
+
+V = Variant("sm_90a", 128, 2, "gemm", "unicast")
+
+
+def test_store_then_load_gives_a_fast_launcher(tmp_path):
+    path = disk_cache.store(V, compile_variant(V, exportable=True), tmp_path)
+    assert path.name == disk_cache.entry_name(V) + ".o" and path.stat().st_size > 1000
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # nothing world-readable
+    fn = disk_cache.load(V, tmp_path)
+    assert fn is not None and callable(fn)
+    FastCall(fn, ARG_KINDS)  # the fast path itself needs a GPU to bind; this must not raise
+    assert disk_cache.load(Variant("sm_90a", 256, 2, "gemm", "unicast"), tmp_path) is None
+
+
+def test_broken_entry_is_ignored_and_replaced(tmp_path, monkeypatch):
+    (tmp_path / (disk_cache.entry_name(V) + ".o")).write_bytes(b"not an object file")
+    assert disk_cache.load(V, tmp_path) is None
+    monkeypatch.setenv(disk_cache.ENV, str(tmp_path))
+    assert isinstance(compile_fast(V), FastCall)  # compiles, then overwrites the broken entry
+    assert disk_cache.load(V, tmp_path) is not None
+
+
+def test_cache_is_off_unless_asked(monkeypatch):
+    monkeypatch.delenv(disk_cache.ENV, raising=False)
+    assert disk_cache.cache_dir() is None
+    monkeypatch.setenv(disk_cache.ENV, "off")
+    assert disk_cache.cache_dir() is None
+
+
+def test_entry_names_change_with_the_kernel_source():
+    name = disk_cache.entry_name(V)
+    assert name.endswith(disk_cache.source_hash()) and name.replace("_", "").isalnum()
