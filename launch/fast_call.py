@@ -65,5 +65,4 @@ class FastCall:
             cell.value = v
         self._capi(self._packed)
         if self._has_result and self._result is not None and self._result.value != 0:
-            from cutlass.base_dsl.runtime import cuda as cuda_helpers  # type: ignore
             raise RuntimeError(f"kernel launch failed: CUDA error {self._result.value}")

@@ -129,14 +129,15 @@ def run_case(torch: Any, op: Any, seed: int, M: int, K: int, iters: int) -> dict
     ref = reference_sum(seed, op.world, M, op.N, K, dev)
     if not op.all_reduce:
         ref = rs_rows(ref, op.rank, op.world)
-    shape_ok = tuple(y.shape) == tuple(ref.shape)
+    ref_shape = tuple(ref.shape)
+    shape_ok = tuple(y.shape) == ref_shape
     err = rel_error(y, ref) if shape_ok else float("inf")
     del ref
     us = time_op(torch, op, x, w, iters)
     tflops = 2.0 * M * op.N * K / (us * 1e-6) / 1e12
     return {"out": tuple(y.shape), "err": err, "us": us, "tflops": tflops,
             "ok": shape_ok and err < TOL, "error": None if shape_ok else
-            f"output shape {tuple(y.shape)}, expected {tuple(ref.shape)}"}
+            f"output shape {tuple(y.shape)}, expected {ref_shape}"}
 
 
 def report_lines(rank: int, world: int, gpu: str, rows: list[dict[str, Any]]) -> list[str]:

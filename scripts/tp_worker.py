@@ -227,7 +227,6 @@ def partial_block(x: Any, w_gate_up: Any, w_down_r: Any) -> Any:
 
 def reference_block(x: Any, w_gate: Any, w_up: Any, w_down: Any) -> Any:
     """The whole block on one device in float32 from the full weights: (T, H) float32."""
-    import torch
     import torch.nn.functional as F
     xf = x.float()
     h = F.silu(xf @ w_gate.float().T) * (xf @ w_up.float().T)
@@ -432,7 +431,6 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     the same call), clock. torch.distributed must be initialised.
     """
     import torch
-    import torch.distributed as dist
     rank, world, dev = ctx["rank"], ctx["world"], ctx["device"]
     op_ar, op_rs = ctx["op_ar"], ctx["op_rs"]
     T, H, I = args.tokens, args.hidden, args.inter
