@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -147,6 +148,13 @@ def setup_multicast(drv: Any, bs: Bootstrap, *, decision: PolicyDecision, device
         # The caller checks too; this guard keeps any future caller from creating a
         # multicast object against the site's policy.
         raise MulticastPolicyError(f"multicast setup refused: {decision.reason}")
+    live = decide(os.environ)
+    if not live.allowed:
+        # The process environment is the site's word and outranks an ``env`` mapping a
+        # caller handed in: creating a multicast object where it is forbidden can take a
+        # shared host's GPUs down.
+        raise MulticastPolicyError(f"multicast setup refused by this process's environment: "
+                                   f"{live.reason}")
     st = MulticastState(rank=bs.rank, device=device, size=size, granularity=granularity)
     try:
         _run_setup(drv, bs, st, local_handle, kind, fd_exchange)

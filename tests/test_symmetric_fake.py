@@ -618,3 +618,16 @@ def test_with_the_socket_fd_exchange(env):
         assert len(steps) == 1 and steps.pop().startswith("fd exchange")
     assert_nothing_held(fake)
     assert open_fds() == fds
+
+
+def test_process_environment_outranks_env_mapping(monkeypatch):
+    """A caller's env mapping cannot switch multicast on where the process env forbids it."""
+    from multicast.errors import MulticastPolicyError
+    from multicast.multicast_setup import setup_multicast
+    from multicast.policy import decide
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    allowed = decide({"RSAR_MULTICAST": "on"})
+    assert allowed.allowed
+    with pytest.raises(MulticastPolicyError, match="NCCL_NVLS_ENABLE"):
+        setup_multicast(None, None, decision=allowed, device=0, size=0, granularity=0,
+                        local_handle=None, kind="posix_fd", fd_exchange=None)
