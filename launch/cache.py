@@ -26,10 +26,13 @@ class Variant:
     mode: str
     transport: str
     cta_group: int = 1  # 2: sm100 2-CTA tcgen05 MMA (cluster (2, 1)); sm90 is always 1
+    epi_slots: int = 0  # tuning knobs (0: the kernel's defaults), see Sm90FusedKernel
+    band: int = 0
 
     def describe(self) -> str:
         cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""
-        return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}"
+        tune = "".join(f" {k}={getattr(self, k)}" for k in ("epi_slots", "band") if getattr(self, k))
+        return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
 def kernel_for(v: Variant) -> Any:
@@ -37,9 +40,12 @@ def kernel_for(v: Variant) -> Any:
         from .sm90_kernel import Sm90FusedKernel
         if v.cta_group != 1:
             raise ValueError(f"sm_90a kernels are 1-CTA, got cta_group={v.cta_group}")
-        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport)
+        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, epi_slots=v.epi_slots,
+                               band=v.band)
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
+        if v.epi_slots or v.band:
+            raise ValueError("the sm100 kernel has no tuning knobs yet")
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 

@@ -71,6 +71,15 @@ class CommWarps:
             t = rnd * chunk + lane
             if t >= num_units:
                 t = Int32(-1)
+            if cutlass.const_expr(getattr(self, "band", 0) > 0 and self.cta_group == 1):
+                if t >= Int32(0):  # launch.plan.band_swizzle
+                    band = Int32(self.band)
+                    per_band = band * tiles_n
+                    b = t // per_band
+                    within = t - b * per_band
+                    rows = cutlass.min(band, tiles_m - b * band)
+                    tn = within // rows
+                    t = (b * band + (within - tn * rows)) * tiles_n + tn
         else:
             part = lane // chunk
             j = lane - part * chunk

@@ -192,6 +192,19 @@ class TilePlan:
         return (src - owner - 1) % world
 
 
+def band_swizzle(i: int, tiles_m: int, tiles_n: int, band: int) -> int:
+    """Tile of the i-th work item when tiles are walked in bands of ``band`` tile rows,
+    down the rows of a band before moving one tile column right (an L2-reuse order for the
+    plain GEMM; ``band`` <= 0 keeps row-major). The kernels mirror this in CommWarps."""
+    if band <= 0:
+        return i
+    per_band = band * tiles_n
+    b, within = divmod(i, per_band)
+    rows = min(band, tiles_m - b * band)
+    tn, r = divmod(within, rows)
+    return (b * band + r) * tiles_n + tn
+
+
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None) -> TilePlan:

@@ -53,7 +53,10 @@ _ROW_LAYOUT = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
 class Sm90FusedKernel(CommWarps):
     """One compiled variant: (BN, world, mode, transport). Everything else is a launch argument."""
 
-    def __init__(self, bn: int, world: int, mode: str, transport: str) -> None:
+    def __init__(self, bn: int, world: int, mode: str, transport: str, *, epi_slots: int = 0,
+                 band: int = 0) -> None:
+        """``epi_slots`` / ``band`` (0: defaults) are tuning knobs for benchmarks: the depth
+        of the sub-tile ring, and the band swizzle of the plain GEMM's tile order."""
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -70,6 +73,9 @@ class Sm90FusedKernel(CommWarps):
         self.mma_regs = 200
         self.num_sub = bn // EPI_N
         self.epi_slots = 2 if bn == 256 else 4  # leaves smem for 4 (BN=256) or 5 mainloop stages
+        if epi_slots:
+            self.epi_slots = epi_slots
+        self.band = band
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2

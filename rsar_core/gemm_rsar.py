@@ -82,7 +82,7 @@ class GemmRsAr:
         else:
             self._ws = Workspace(max_M, N, bs)
         self.transport = self._ws.transport
-        self._plans: dict[tuple[int, int, str], tuple[TilePlan, Any]] = {}
+        self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
                   "own" if self._owns_ws else "shared")
@@ -137,23 +137,26 @@ class GemmRsAr:
         self._launch(fn, x, w, y, plan)
         return y
 
-    def gemm_only(self, x: torch.Tensor, w: Any) -> torch.Tensor:
+    def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
+                  band: int = 0) -> torch.Tensor:
         """x @ w.T (M, N) by the same kernel with the communication compiled out.
 
         Not collective; for benchmarks that separate the GEMM from the exchange.
+        ``epi_slots`` / ``band`` try the sm90 kernel's tuning knobs (0: defaults).
         """
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
         w = weight_of(w)
         M, K = x.shape
-        plan, fn = self._plan_and_kernel(M, K, "gemm")
+        plan, fn = self._plan_and_kernel(M, K, "gemm", (epi_slots, band))
         y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
         self._launch(fn, x, w, y, plan)
         return y
 
-    def _plan_and_kernel(self, M: int, K: int, mode: str) -> tuple[TilePlan, Any]:
-        key = (M, K, mode)
+    def _plan_and_kernel(self, M: int, K: int, mode: str,
+                         tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
+        key = (M, K, mode, tune)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -162,7 +165,7 @@ class GemmRsAr:
                              pair_ctas=self.pair_ctas)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group))
+                                   plan.cta_group, *tune))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -41,6 +41,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--skip", default="", help="comma list of columns not to time")
+    p.add_argument("--gemm-sweep", action="store_true",
+                   help="also time the GEMM alone under the sm90 tuning knobs "
+                        "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -154,6 +157,13 @@ class Bench:
             "rsar_ar": (ops["ar"], sets),
             "gemm_only": (ops["rs"].gemm_only, sets),
         }
+        if self.args.gemm_sweep:
+            for band in (0, 8, 16):
+                for slots in (0, 4):
+                    if band or slots:
+                        cols[f"gemm_b{band}_s{slots}"] = (
+                            lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
+                            sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -223,6 +233,11 @@ def _ratios(t: dict, row: dict) -> dict:
     ratio("ar_speedup", "mm_ar", "rsar_ar")
     ratio("vs_torch_rs", "torch_rs", "rsar_rs")
     ratio("gemm_vs_cublas", "mm", "gemm_only")
+    tuned = {k: v for k, v in t.items() if k.startswith("gemm_b")}
+    if tuned and "mm" in t:
+        best = min(tuned, key=tuned.get)
+        r["best_tuned_vs_cublas"] = t["mm"] / tuned[best]
+        r["best_tuned"] = best
     if "rsar_rs" in t:
         r["rs_over_bound"] = t["rsar_rs"] / row["bound_rs"]
     if "rsar_ar" in t:
@@ -258,6 +273,19 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    tuned = sorted({k for r in rows for k in r["us"] if k.startswith("gemm_b")})
+    if tuned:
+        lines += ["", "GEMM alone under the tuning knobs (us; b = band rows, s = ring slots, "
+                  "0 = default):", "",
+                  "| M | N | K | mm | gemm_only | " + " | ".join(tuned) + " | best vs cuBLAS |",
+                  "|" + "---|" * (6 + len(tuned))]
+        for r in rows:
+            u = r["us"]
+            cells = [str(r["M"]), str(r["N"]), str(r["K"])]
+            cells += [f"{u[c]:.1f}" if c in u else "-" for c in ["mm", "gemm_only"] + tuned]
+            best = r["ratios"].get("best_tuned_vs_cublas")
+            cells.append(f"{best:.2f} ({r['ratios']['best_tuned']})" if best else "-")
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

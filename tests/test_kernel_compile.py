@@ -14,6 +14,7 @@ VARIANTS = [
     Variant("sm_90a", 128, 4, "rs", "multicast"),
     Variant("sm_90a", 256, 2, "ar", "multicast"),
     Variant("sm_90a", 256, 2, "gemm", "unicast"),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", epi_slots=4, band=8),  # tuning knobs
 ]
 
 

@@ -226,3 +226,15 @@ def test_pair_plan_respects_resident_clusters():
     capped = make_plan(8192, 7168, 4096, 2, 148, "rs", arch="sm_100a", cta_group=2, pair_ctas=132)
     assert capped.grid <= 132 < full.grid
     assert capped.grid % 2 == 0
+
+
+@pytest.mark.parametrize("band", [0, 1, 3, 4, 8, 64])
+def test_band_swizzle_is_a_permutation(band):
+    from launch.plan import band_swizzle
+    for tiles_m, tiles_n in [(1, 1), (5, 3), (64, 28), (7, 56), (13, 2)]:
+        T = tiles_m * tiles_n
+        order = [band_swizzle(i, tiles_m, tiles_n, band) for i in range(T)]
+        assert sorted(order) == list(range(T))
+        if 1 < band < tiles_m:
+            # consecutive items walk down a band's rows before moving a column right
+            assert order[1] == tiles_n

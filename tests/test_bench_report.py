@@ -1,0 +1,32 @@
+"""scripts/bench.py's ratios and report, on canned timings (no GPU)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location(
+    "bench", Path(__file__).resolve().parents[1] / "scripts" / "bench.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def _row(M, us):
+    row = dict(M=M, N=7168, K=1024, world=2, us=us, peer_gbps=390.0, bound_rs=100.0, bound_ar=150.0)
+    row["ratios"] = bench._ratios(us, row)
+    return row
+
+
+def test_ratios_and_report():
+    us = {"mm": 100.0, "mm_rs": 300.0, "mm_ar": 400.0, "rsar_rs": 150.0, "rsar_ar": 200.0,
+          "gemm_only": 125.0, "torch_rs": 450.0, "gemm_b8_s0": 110.0, "gemm_b0_s4": 90.0}
+    r = _row(4096, us)["ratios"]
+    assert r["rs_speedup"] == 2.0 and r["ar_speedup"] == 2.0 and r["vs_torch_rs"] == 3.0
+    assert r["gemm_vs_cublas"] == 0.8 and r["rs_over_bound"] == 1.5
+    assert r["best_tuned"] == "gemm_b0_s4" and abs(r["best_tuned_vs_cublas"] - 100 / 90) < 1e-9
+    md = bench.markdown([_row(4096, us), _row(512, {k: v / 2 for k, v in us.items()})])
+    assert "| 4096 | 7168 | 1024 |" in md and "geomean rs_speedup: 2.000" in md
+    assert "gemm_b0_s4" in md and "best vs cuBLAS" in md
+
+
+def test_geomean_ignores_missing():
+    assert bench.geomean([2.0, None, 8.0]) == 4.0
