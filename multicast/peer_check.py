@@ -27,7 +27,7 @@ import numpy as np
 from .agree import agree, all_true
 from .bootstrap import Bootstrap
 from .driver import Driver, default_driver
-from .handles import FABRIC, device_supports, handle_type
+from .handles import FABRIC, alloc_prop, device_supports, handle_type
 from .nvrtc_kernels import PTR, U32, U64, KernelModule
 
 __all__ = [
@@ -145,11 +145,7 @@ def fabric_export(device: int, drv: Driver | None = None) -> dict[str, Any]:
     if not device_supports(drv, device, FABRIC):
         return {"exported": False, "error": "device reports no fabric handle support"}
     raw = drv.raw
-    prop = raw.CUmemAllocationProp()
-    prop.type = raw.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-    prop.location.type = raw.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    prop.location.id = device
-    prop.requestedHandleTypes = handle_type(drv, FABRIC)
+    prop = alloc_prop(drv, device, FABRIC)
     with device_scope(drv, device):
         ok, gran = drv.try_call("cuMemGetAllocationGranularity", prop,
                                 raw.CUmemAllocationGranularity_flags

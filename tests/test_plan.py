@@ -92,6 +92,18 @@ def _rounds_by_tile(p, rank):
     return out
 
 
+def _assert_no_wait_cycle(p):
+    """Every own-tile wait depends only on peers' pushes of the same or an earlier round."""
+    rounds = [_rounds_by_tile(p, r) for r in range(p.world)]
+    for r in range(p.world):
+        for t, rr in rounds[r].items():
+            if p.tile_owners(t) != [r]:
+                continue
+            for q in range(p.world):
+                if q != r:
+                    assert rounds[q][t] + p.lag <= rr, (p, r, q, t)
+
+
 @pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
 def test_schedule_covers_every_tile_once(mode):
     for p in _plans(mode):
@@ -105,14 +117,7 @@ def test_schedule_cannot_deadlock(mode):
     """A rank waits on one of its own tiles only for peers' pushes of the same or an
     earlier round (strictly earlier with lag 1): no cycle of waits can form."""
     for p in _plans(mode, Ns=(128, 7168)):
-        rounds = [_rounds_by_tile(p, r) for r in range(p.world)]
-        for r in range(p.world):
-            for t, rr in rounds[r].items():
-                if p.tile_owners(t) != [r]:
-                    continue
-                for q in range(p.world):
-                    if q != r:
-                        assert rounds[q][t] + p.lag <= rr, (p, r, q, t)
+        _assert_no_wait_cycle(p)
 
 
 def test_schedule_spreads_pushes_over_rounds():
@@ -203,14 +208,7 @@ def test_pair_schedule_covers_every_tile_once(mode):
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_pair_schedule_cannot_deadlock(mode):
     for p in _pair_plans(mode, Ns=(128, 7168)):
-        rounds = [_rounds_by_tile(p, r) for r in range(p.world)]
-        for r in range(p.world):
-            for t, rr in rounds[r].items():
-                if p.tile_owners(t) != [r]:
-                    continue
-                for q in range(p.world):
-                    if q != r:
-                        assert rounds[q][t] + p.lag <= rr, (p, r, q, t)
+        _assert_no_wait_cycle(p)
 
 
 def test_pair_unit_lists_partition_the_pairs():
