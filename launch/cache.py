@@ -25,7 +25,7 @@ class Variant:
     world: int
     mode: str
     transport: str
-    cta_group: int = 1  # 2: sm100 2-CTA tcgen05 MMA (cluster (2, 1)); sm90 is always 1
+    cta_group: int = 1  # 2: pair-tiles on 2x1 clusters (sm100 2-CTA MMA; sm90 w multicast)
     epi_slots: int = 0  # tuning knobs (0: the kernel's defaults), see Sm90FusedKernel
     band: int = 0
 
@@ -38,9 +38,7 @@ class Variant:
 def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
-        if v.cta_group != 1:
-            raise ValueError(f"sm_90a kernels are 1-CTA, got cta_group={v.cta_group}")
-        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, epi_slots=v.epi_slots,
+        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, epi_slots=v.epi_slots,
                                band=v.band)
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel

@@ -51,19 +51,26 @@ _ROW_LAYOUT = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
 
 
 class Sm90FusedKernel(CommWarps):
-    """One compiled variant: (BN, world, mode, transport). Everything else is a launch argument."""
+    """One compiled variant: (BN, world, mode, transport, cta_group). Everything else is a
+    launch argument."""
 
-    def __init__(self, bn: int, world: int, mode: str, transport: str, *, epi_slots: int = 0,
-                 band: int = 0) -> None:
-        """``epi_slots`` / ``band`` (0: defaults) are tuning knobs for benchmarks: the depth
-        of the sub-tile ring, and the band swizzle of the plain GEMM's tile order."""
+    def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
+                 epi_slots: int = 0, band: int = 0) -> None:
+        """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
+        (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
+        halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
+        benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
+        tile order."""
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
+        if cta_group not in (1, 2):
+            raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
+        self.cta_group = cta_group
         self.multicast = transport == "multicast"
         self.comm = mode != "gemm"
         self.num_mma_wg = 2
@@ -116,8 +123,12 @@ class Sm90FusedKernel(CommWarps):
         op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
             op, mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK))
+        op_b = op
+        if cutlass.const_expr(self.cta_group == 2):
+            op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            op, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK))
+            op_b, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK),
+            num_multicast=self.cta_group)
 
         @cute.struct
         class SharedStorage:
@@ -136,7 +147,7 @@ class Sm90FusedKernel(CommWarps):
             out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
             chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
-        ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(1, 1, 1),
+        ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
                  min_blocks_per_mp=1, stream=stream)
 
     # ------------------------------------------------------------------ device side
@@ -159,6 +170,15 @@ class Sm90FusedKernel(CommWarps):
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+        # cta_group 2: the cluster is one lane of the pair schedule; CTA v of it takes tile
+        # row 2 * pm + v of the pair-tile and loads rows [v * BN/2, (v+1) * BN/2) of w's tile
+        # for both CTAs
+        lane = cta // Int32(self.cta_group)
+        v_in_pair = cta - lane * Int32(self.cta_group)
+        cta_layout = cute.make_layout((self.cta_group, 1, 1))
+        b_mask = 0
+        if cutlass.const_expr(self.cta_group == 2):
+            b_mask = cute.make_layout_image_mask(cta_layout, (v_in_pair, 0, 0), mode=0)
 
         tiles_m = (M + Int32(BM - 1)) // Int32(BM)
         tiles_n = N // Int32(self.bn)
@@ -172,9 +192,10 @@ class Sm90FusedKernel(CommWarps):
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stage,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_wg * 4),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_mma_wg * 4 * self.cta_group),
             tx_count=cute.size_in_bytes(BF16, a_stage) + cute.size_in_bytes(BF16, b_stage),
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
             defer_sync=True,
         )
         epi_pipe = pipeline.PipelineAsync.create(
@@ -184,7 +205,7 @@ class Sm90FusedKernel(CommWarps):
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, _COMM_THREADS),
             defer_sync=True,
         )
-        pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+        pipeline_init_arrive(cluster_shape_mn=(self.cta_group, 1), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
@@ -197,22 +218,22 @@ class Sm90FusedKernel(CommWarps):
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+            tma_b, v_in_pair, cute.make_layout(self.cta_group), cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2))
         k_tiles = cute.size(gA, mode=[3])
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
-        pipeline_init_wait(cluster_shape_mn=(1, 1))
+        pipeline_init_wait(cluster_shape_mn=(self.cta_group, 1))
 
         if wg_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 for rnd in range(rounds):
-                    t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                        local_M)
-                    if t >= Int32(0):
-                        tm = t // tiles_n
-                        tn = t - tm * tiles_n
+                    u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
+                                             tiles_n, local_M)
+                    if u >= Int32(0):
+                        tm, tn = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                         tAgA_t = tAgA[(None, tm, None)]
                         tBgB_t = tBgB[(None, tn, None)]
                         prod.reset_count()
@@ -221,7 +242,8 @@ class Sm90FusedKernel(CommWarps):
                             cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
                                       tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
                             cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
-                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                      mcast_mask=b_mask)
                             ab_pipe.producer_commit(prod)
                             prod.advance()
                 ab_pipe.producer_tail(prod)
@@ -232,8 +254,9 @@ class Sm90FusedKernel(CommWarps):
                                 result_off, recv_off, region_bytes, part_off, out_off)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
-            self._mma_role(tidx - 128, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M,
-                           chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe, epi_pipe)
+            self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
+                           rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
+                           epi_pipe)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
@@ -243,8 +266,20 @@ class Sm90FusedKernel(CommWarps):
 
     # ------------------------------------------------------------------ MMA warp groups
     @cute.jit
-    def _mma_role(self, mtid, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
-                  rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe, epi_pipe):
+    def _unit_tile(self, u, v_in_pair, tiles_m, tiles_n):
+        """(tile row, tile column) CTA ``v_in_pair`` of a lane computes for unit u. The odd
+        tile row past the last one (a padding tile, never handed to the communication warps)
+        reloads the last row: any data will do, and it stays inside x."""
+        tm = u // tiles_n
+        tn = u - tm * tiles_n
+        if cutlass.const_expr(self.cta_group == 2):
+            tm = cutlass.min(Int32(2) * tm + v_in_pair, tiles_m - Int32(1))
+        return tm, tn
+
+    @cute.jit
+    def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
+                  local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
+                  epi_pipe):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -267,8 +302,9 @@ class Sm90FusedKernel(CommWarps):
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
         for rnd in range(rounds):
-            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
-            if t >= Int32(0):
+            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                     local_M)
+            if u >= Int32(0):
                 read_state.reset_count()
                 rel_state.reset_count()
                 acc.fill(0.0)
@@ -294,11 +330,15 @@ class Sm90FusedKernel(CommWarps):
                 ab_pipe.consumer_release(rel_state)
                 rel_state.advance()
 
-                for e in cutlass.range_constexpr(self.num_sub):
-                    for v in cutlass.range_constexpr(size_rD):
-                        tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                    tRS_rD_out.store(tRS_rD.load().to(BF16))
-                    epi_pipe.producer_acquire(epi_state)
-                    cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
-                    epi_pipe.producer_commit(epi_state)
-                    epi_state.advance()
+                real = True
+                if cutlass.const_expr(self.cta_group == 2):
+                    real = (u // tiles_n) * Int32(2) + v_in_pair < tiles_m
+                if real:
+                    for e in cutlass.range_constexpr(self.num_sub):
+                        for v in cutlass.range_constexpr(size_rD):
+                            tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+                        tRS_rD_out.store(tRS_rD.load().to(BF16))
+                        epi_pipe.producer_acquire(epi_state)
+                        cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
+                        epi_pipe.producer_commit(epi_state)
+                        epi_state.advance()

@@ -1,6 +1,7 @@
 """GemmRsAr: the public front door of the fused GEMM + reduce-scatter / all-reduce."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any
@@ -31,6 +32,18 @@ def kernel_arch_for(capability: tuple[int, int]) -> str | None:
     if major == 10 and f"sm_10{minor}a" in BLACKWELL:
         return f"sm_10{minor}a"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_ctas(device_index: int, sm_count: int) -> int:
+    """CTAs resident at once as 2x1 clusters at one CTA per SM: the GPC layout can fit
+    fewer than the SM count, and every CTA of a persistent grid must be resident."""
+    try:
+        from cutlass.utils import HardwareInfo
+        return 2 * HardwareInfo(device_index).get_max_active_clusters(2)
+    except Exception as e:  # the 1-CTA plans are unaffected; be conservative
+        log.warning("cluster occupancy query failed (%s): 2x1-cluster plans use half the SMs", e)
+        return sm_count // 2
 
 
 def _arch_of(device: torch.device) -> str | None:
@@ -71,7 +84,9 @@ class GemmRsAr:
         self.arch = _arch_of(self.device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
-        self.pair_ctas = self._pair_ctas() if self.arch in BLACKWELL else None
+        self.pair_ctas = _pair_ctas(self.device.index, self.sm_count) if self.arch else None
+        # Benchmark knob: 1 or 2 forces the 1-CTA or the 2x1-cluster plan; 0 lets the plan choose.
+        self.force_cta_group = 0
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -86,15 +101,6 @@ class GemmRsAr:
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
                   "own" if self._owns_ws else "shared")
-
-    def _pair_ctas(self) -> int | None:
-        """CTAs that fit at once as 2-CTA clusters at one CTA per SM (sm100 only)."""
-        try:
-            from cutlass.utils import HardwareInfo
-            return 2 * HardwareInfo(self.device.index).get_max_active_clusters(2)
-        except Exception as e:  # the 1-CTA kernels are unaffected; be conservative
-            log.debug("cluster occupancy query failed (%s): 2-CTA plans use half the SMs", e)
-            return self.sm_count // 2
 
     @property
     def workspace(self) -> Workspace:
@@ -119,9 +125,11 @@ class GemmRsAr:
         M, K = x.shape
         return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
 
-    def plan(self, M: int, K: int) -> TilePlan:
-        return make_plan(M, self.N, K, self.world, self.sm_count, self.mode, arch=self.arch,
-                         pair_ctas=self.pair_ctas)
+    def plan(self, M: int, K: int, mode: str | None = None) -> TilePlan:
+        """The tile plan a call with this (M, K) runs (``mode``: default the op's own)."""
+        return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
+                         arch=self.arch, pair_ctas=self.pair_ctas,
+                         cta_group=self.force_cta_group or None)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -156,13 +164,12 @@ class GemmRsAr:
 
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
-        key = (M, K, mode, tune)
+        key = (M, K, mode, tune, self.force_cta_group)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = make_plan(M, self.N, K, self.world, self.sm_count, mode, arch=self.arch,
-                             pair_ctas=self.pair_ctas)
+            plan = self.plan(M, K, mode)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, *tune))

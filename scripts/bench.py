@@ -44,6 +44,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gemm-sweep", action="store_true",
                    help="also time the GEMM alone under the sm90 tuning knobs "
                         "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
+    p.add_argument("--cluster-sweep", action="store_true",
+                   help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
+                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -164,6 +167,11 @@ class Bench:
                         cols[f"gemm_b{band}_s{slots}"] = (
                             lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
                             sets)
+        if self.args.cluster_sweep:
+            for cg in (1, 2):
+                cols[f"gemm_c{cg}"] = (_forced(ops["rs"], cg, ops["rs"].gemm_only), sets)
+                cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, ops["rs"]), sets)
+                cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, ops["ar"]), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -209,6 +217,9 @@ class Bench:
         for N in grid["N"]:
             ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm)
                    for m in ("rs", "ar")}
+            if self.rank == 0:
+                print(f"{ops['rs'].arch}: {ops['rs'].sm_count} SMs, {ops['rs'].pair_ctas} CTAs "
+                      f"resident as 2x1 clusters", file=sys.stderr, flush=True)
             for K in grid["K"]:
                 for M in grid["M"]:
                     rows.append(self.shape(M, N, K, ops, bw))
@@ -221,6 +232,17 @@ class Bench:
             for op in ops.values():
                 op.close()
         return rows
+
+
+def _forced(op, cta_group: int, fn):
+    """fn with op's plan forced to 1-CTA tiles or 2x1 clusters for the call."""
+    def call(x, w):
+        op.force_cta_group = cta_group
+        try:
+            return fn(x, w)
+        finally:
+            op.force_cta_group = 0
+    return call
 
 
 def _ratios(t: dict, row: dict) -> dict:
@@ -273,6 +295,15 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "mm_ar", "ar_c1",
+                          "ar_c2") if any(c in r["us"] for r in rows)]
+    if any(c.endswith("_c2") for c in forced):
+        lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, us:", "",
+                  "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
+        for r in rows:
+            cells = [str(r["M"]), str(r["N"]), str(r["K"])]
+            cells += [f"{r['us'][c]:.1f}" if c in r["us"] else "-" for c in forced]
+            lines.append("| " + " | ".join(cells) + " |")
     tuned = sorted({k for r in rows for k in r["us"] if k.startswith("gemm_b")})
     if tuned:
         lines += ["", "GEMM alone under the tuning knobs (us; b = band rows, s = ring slots, "

@@ -15,6 +15,10 @@ VARIANTS = [
     Variant("sm_90a", 256, 2, "ar", "multicast"),
     Variant("sm_90a", 256, 2, "gemm", "unicast"),
     Variant("sm_90a", 256, 2, "gemm", "unicast", epi_slots=4, band=8),  # tuning knobs
+    # 2x1 clusters sharing w's tile by TMA multicast
+    Variant("sm_90a", 256, 2, "rs", "unicast", 2),
+    Variant("sm_90a", 128, 4, "ar", "unicast", 2),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", 2),
 ]
 
 
@@ -35,6 +39,8 @@ def test_variant_ptx(ptx_of, v):
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
     assert "cp.async.bulk.tensor" in ptx
+    # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
+    assert ("multicast::cluster" in ptx) == (v.cta_group == 2)
     if v.mode == "gemm":
         assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
         return

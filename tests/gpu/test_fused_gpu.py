@@ -75,6 +75,38 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
+@pytest.mark.parametrize("cta_group", [1, 2])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", [384, 7168])
+@pytest.mark.parametrize("K", [64, 1024, 4096])
+@pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group):
+    """Both plans on every shape class (odd tile rows leave a padding tile in 2x1 clusters),
+    whichever one the heuristic picks by default."""
+    op = get_op(comm, N, ar)
+    op.force_cta_group = cta_group
+    try:
+        assert op.plan(M, K).cta_group == cta_group
+        check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
+    finally:
+        op.force_cta_group = 0
+
+
+@pytest.mark.parametrize("cta_group", [1, 2])
+@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
+def test_gemm_only_forced_plan(comm, M, cta_group):
+    op = get_op(comm, 7168, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
+    op.force_cta_group = cta_group
+    try:
+        y = op.gemm_only(x, w)
+    finally:
+        op.force_cta_group = 0
+    ref = (x.double() @ w.double().t())
+    assert rel_error(y, ref) < TOL
+
+
 def test_back_to_back_random_M_bitwise(comm):
     op = get_op(comm, 384, False)
     dev = torch.device("cuda", torch.cuda.current_device())

@@ -1,0 +1,62 @@
+"""Launch sequence for an Nsight Compute profile of one shape, under mpirun (2+ ranks).
+
+Each rank runs, in this order: ``--reps`` x the kernel with communication compiled out
+(``gemm_only``), ``--reps`` x torch.mm (cuBLAS), then ``--reps`` x the fused RS op. Profile
+rank 0 only and select kernels by name, e.g. the third gemm_only launch and the first cuBLAS one:
+
+    mpirun -n 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
+        exec ncu --clock-control none -k regex:"Sm90FusedKernel|nvjet|xmma" \\
+             --launch-skip 2 --launch-count 2 --set full -o prof \\
+             python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096;
+      else exec python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096; fi'
+
+Fused launches spin on the peer's stamps, so replaying one under ncu on one rank only works
+with ``--replay-mode application`` (both ranks rerun); the default selects only non-fused
+kernels by stopping after ``--launch-count``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--M", type=int, default=8192)
+    p.add_argument("--N", type=int, default=7168)
+    p.add_argument("--K", type=int, default=4096)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--fused", action="store_true", help="also run the fused RS op")
+    p.add_argument("--epi-slots", type=int, default=0)
+    p.add_argument("--band", type=int, default=0)
+    a = p.parse_args()
+
+    import torch
+    from mpi4py import MPI
+    from rsar_core import GemmRsAr
+    comm = MPI.COMM_WORLD
+    torch.cuda.set_device(comm.Get_rank() % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    g = torch.Generator(device=dev).manual_seed(comm.Get_rank())
+    x = torch.randn(a.M, a.K, device=dev, dtype=torch.bfloat16, generator=g)
+    w = torch.randn(a.N, a.K, device=dev, dtype=torch.bfloat16, generator=g)
+    with GemmRsAr(max_M=a.M, N=a.N, comm=comm) as op:
+        for _ in range(a.reps):
+            op.gemm_only(x, w, epi_slots=a.epi_slots, band=a.band)
+        torch.cuda.synchronize()
+        for _ in range(a.reps):
+            torch.mm(x, w.t())
+        torch.cuda.synchronize()
+        if a.fused:
+            comm.Barrier()
+            for _ in range(a.reps):
+                op(x, w)
+            torch.cuda.synchronize()
+        comm.Barrier()
+
+
+if __name__ == "__main__":
+    main()
