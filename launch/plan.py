@@ -207,11 +207,13 @@ def band_swizzle(i: int, tiles_m: int, tiles_n: int, band: int) -> int:
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
-              cta_group: int | None = None, pair_ctas: int | None = None) -> TilePlan:
+              cta_group: int | None = None, pair_ctas: int | None = None,
+              lag: int | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
-    count); every CTA of the persistent grid must be resident, or waits could never end."""
+    count); every CTA of the persistent grid must be resident, or waits could never end.
+    ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if arch in BLACKWELL:
@@ -235,11 +237,16 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
+    lag_override = lag
     longest = max(base.list_len(o) for o in range(world))
     chunk = max(1, min(sm_count // world, longest))
     chunks = ceil_div(longest, chunk)
     # A round of slack pays for itself only when there are enough rounds to hide it.
     lag = 1 if chunks >= 3 else 0
+    if lag_override is not None:
+        if lag_override not in (0, 1):
+            raise ValueError(f"lag must be 0 or 1, got {lag_override}")
+        lag = lag_override
     return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag)
 
 

@@ -85,8 +85,10 @@ class GemmRsAr:
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self.pair_ctas = _pair_ctas(self.device.index, self.sm_count) if self.arch else None
-        # Benchmark knob: 1 or 2 forces the 1-CTA or the 2x1-cluster plan; 0 lets the plan choose.
-        self.force_cta_group = 0
+        # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan, 0 or 1 the
+        # 1-CTA schedule's lag; None lets the plan choose.
+        self.force_cta_group: int | None = None
+        self.force_lag: int | None = None
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -129,7 +131,7 @@ class GemmRsAr:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own)."""
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, pair_ctas=self.pair_ctas,
-                         cta_group=self.force_cta_group or None)
+                         cta_group=self.force_cta_group, lag=self.force_lag)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -164,7 +166,7 @@ class GemmRsAr:
 
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
-        key = (M, K, mode, tune, self.force_cta_group)
+        key = (M, K, mode, tune, self.force_cta_group, self.force_lag)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:

@@ -10,7 +10,8 @@ Per shape (x: (M, K) and w: (N, K) on every rank), in the same processes:
   rsar_rs / rsar_ar  GemmRsAr                  gemm_only the same kernel, communication compiled out
   bound     max(min(mm, gemm_only), bytes sent per rank / measured peer bandwidth)
 Median of --iters timed calls (CUDA events) after warm-up; inputs rotate over sets that
-together exceed L2 several times.
+together exceed L2 several times. The calls are queued behind a GPU sleep, so each event pair
+times GPU work only; the host's cost per call is the separate *_host column.
 """
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gemm-sweep", action="store_true",
                    help="also time the GEMM alone under the sm90 tuning knobs "
                         "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
-    p.add_argument("--cluster-sweep", action="store_true",
+    p.add_argument("--plan-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
-                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>")
+                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, and the 1-CTA plan "
+                        "without lag, as rs_c1l0 / ar_c1l0")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -78,6 +80,10 @@ class Bench:
         self.comm.Barrier()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        # Hold the stream while the host queues every call: each event pair then brackets
+        # GPU work only, not a host launch gap (which would dominate at small M for every
+        # column alike; host cost per call is reported separately as *_host).
+        torch.cuda._sleep(self.sleep_cycles(iters))
         for i in range(iters):
             s = sets[i % len(sets)]
             starts[i].record()
@@ -87,6 +93,11 @@ class Bench:
         ms = [a.elapsed_time(b) for a, b in zip(starts, ends)]
         # Ranks can differ by launch skew; report the slower rank, as a step waits for it.
         return max(self.comm.allgather(statistics.median(ms) * 1e3))
+
+    def sleep_cycles(self, iters: int) -> int:
+        """GPU clock cycles that outlast the host enqueueing ``iters`` calls (~150 us each
+        at most, NCCL included)."""
+        return int(iters * 150e-6 * 2.0e9) + 2_000_000  # at up to 2 GHz
 
     def host_time(self, fn, sets: list, n: int = 100) -> float:
         """CPU microseconds per call: what a caller pays before the GPU sees the launch."""
@@ -167,11 +178,13 @@ class Bench:
                         cols[f"gemm_b{band}_s{slots}"] = (
                             lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
                             sets)
-        if self.args.cluster_sweep:
+        if self.args.plan_sweep:
             for cg in (1, 2):
-                cols[f"gemm_c{cg}"] = (_forced(ops["rs"], cg, ops["rs"].gemm_only), sets)
-                cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, ops["rs"]), sets)
-                cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, ops["ar"]), sets)
+                cols[f"gemm_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"].gemm_only), sets)
+                cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"]), sets)
+                cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
+            cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
+            cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -234,14 +247,14 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int, fn):
-    """fn with op's plan forced to 1-CTA tiles or 2x1 clusters for the call."""
+def _forced(op, cta_group: int, lag: int | None, fn):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag) for the call."""
     def call(x, w):
-        op.force_cta_group = cta_group
+        op.force_cta_group, op.force_lag = cta_group, lag
         try:
             return fn(x, w)
         finally:
-            op.force_cta_group = 0
+            op.force_cta_group = op.force_lag = None
     return call
 
 
@@ -295,10 +308,10 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
-    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "mm_ar", "ar_c1",
-                          "ar_c2") if any(c in r["us"] for r in rows)]
+    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "mm_ar",
+                          "ar_c1", "ar_c2", "ar_c1l0") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
-        lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, us:", "",
+        lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
         for r in rows:
             cells = [str(r["M"]), str(r["N"]), str(r["K"])]

@@ -236,3 +236,16 @@ def test_band_swizzle_is_a_permutation(band):
         if 1 < band < tiles_m:
             # consecutive items walk down a band's rows before moving a column right
             assert order[1] == tiles_n
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_forced_lag_keeps_coverage_and_no_wait_cycle(lag):
+    for world, M in itertools.product(WORLDS, (129, 1000, 4095, 8192)):
+        for mode in ("rs", "ar"):
+            p = make_plan(M, 7168, 1024, world, 132, mode, lag=lag)
+            assert p.lag == lag and p.rounds == -(-max(p.list_len(o) for o in range(world)) // p.chunk) + lag
+            for rank in range(world):
+                assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+            _assert_no_wait_cycle(p)
+    with pytest.raises(ValueError, match="lag"):
+        make_plan(1000, 7168, 1024, 2, 132, "rs", lag=2)

@@ -89,7 +89,7 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group):
         assert op.plan(M, K).cta_group == cta_group
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
-        op.force_cta_group = 0
+        op.force_cta_group = None
 
 
 @pytest.mark.parametrize("cta_group", [1, 2])
@@ -102,7 +102,7 @@ def test_gemm_only_forced_plan(comm, M, cta_group):
     try:
         y = op.gemm_only(x, w)
     finally:
-        op.force_cta_group = 0
+        op.force_cta_group = None
     ref = (x.double() @ w.double().t())
     assert rel_error(y, ref) < TOL
 
