@@ -81,10 +81,13 @@ class CommWarps:
                     tn = within // rows
                     t = (b * band + (within - tn * rows)) * tiles_n + tn
         else:
+            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation)
             part = lane // chunk
             j = lane - part * chunk
+            if (lag >> Int32(1)) != Int32(0):
+                part = (part + rnd) % Int32(self.world)
             o = rank
-            k = rnd - lag
+            k = rnd - (lag & Int32(1))
             if part < Int32(self.world - 1):
                 o = (rank + Int32(1) + part) % Int32(self.world)
                 k = rnd

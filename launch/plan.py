@@ -85,6 +85,12 @@ class TilePlan:
     lag: int
     cluster_mn: tuple[int, int] = (1, 1)
     cta_group: int = 1
+    rotate: bool = False
+
+    @property
+    def sched_word(self) -> int:
+        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation."""
+        return self.lag | (int(self.rotate) << 1)
 
     @property
     def pairs_m(self) -> int:
@@ -148,6 +154,8 @@ class TilePlan:
             u = rnd * self.chunk + lane
             return u if u < self.num_units else -1
         part, j = divmod(lane, self.chunk)
+        if self.rotate:
+            part = (part + rnd) % self.world
         if part < self.world - 1:
             o, k = (rank + 1 + part) % self.world, rnd
         else:
@@ -208,12 +216,13 @@ def band_swizzle(i: int, tiles_m: int, tiles_n: int, band: int) -> int:
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
-              lag: int | None = None) -> TilePlan:
+              lag: int | None = None, rotate: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
-    ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments)."""
+    ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments). ``rotate``: lanes
+    change part every round (1-CTA fused schedules), so every SM takes turns pushing."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if arch in BLACKWELL:
@@ -247,7 +256,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         if lag_override not in (0, 1):
             raise ValueError(f"lag must be 0 or 1, got {lag_override}")
         lag = lag_override
-    return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag)
+    return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
+                   rotate=rotate)
 
 
 def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,

@@ -89,6 +89,7 @@ class GemmRsAr:
         # 1-CTA schedule's lag; None lets the plan choose.
         self.force_cta_group: int | None = None
         self.force_lag: int | None = None
+        self.force_rotate = False
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -131,7 +132,8 @@ class GemmRsAr:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own)."""
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, pair_ctas=self.pair_ctas,
-                         cta_group=self.force_cta_group, lag=self.force_lag)
+                         cta_group=self.force_cta_group, lag=self.force_lag,
+                         rotate=self.force_rotate)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -166,7 +168,7 @@ class GemmRsAr:
 
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
-        key = (M, K, mode, tune, self.force_cta_group, self.force_lag)
+        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -201,7 +203,7 @@ class GemmRsAr:
         ws.order.before_launch(stream)
         fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), plan.M, plan.N, plan.K,
            mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr, ws.err.data_ptr(),
-           self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.lag, plan.grid,
+           self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.sched_word, plan.grid,
            self.timeout_ns, lay.arrive_off, lay.result_off, lay.recv_off,
            lay.recv_region_bytes, lay.part_off, lay.out_off, stream.cuda_stream)
 

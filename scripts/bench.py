@@ -185,6 +185,8 @@ class Bench:
                 cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
+            cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
+            cols["ar_rot"] = (_forced(ops["ar"], 1, None, ops["ar"], rotate=True), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -247,14 +249,15 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int, lag: int | None, fn):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag) for the call."""
+def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation) for the call."""
     def call(x, w):
-        op.force_cta_group, op.force_lag = cta_group, lag
+        op.force_cta_group, op.force_lag, op.force_rotate = cta_group, lag, rotate
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = None
+            op.force_rotate = False
     return call
 
 
@@ -308,8 +311,8 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
-    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "mm_ar",
-                          "ar_c1", "ar_c2", "ar_c1l0") if any(c in r["us"] for r in rows)]
+    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "rs_rot",
+                          "mm_ar", "ar_c1", "ar_c2", "ar_c1l0", "ar_rot") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

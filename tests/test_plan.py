@@ -249,3 +249,18 @@ def test_forced_lag_keeps_coverage_and_no_wait_cycle(lag):
             _assert_no_wait_cycle(p)
     with pytest.raises(ValueError, match="lag"):
         make_plan(1000, 7168, 1024, 2, 132, "rs", lag=2)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_rotated_parts_keep_coverage_and_no_wait_cycle(mode):
+    for world, M, lag in itertools.product(WORLDS, (1, 129, 1000, 4095, 8192), (None, 0, 1)):
+        p = make_plan(M, 7168, 1024, world, 132, mode, lag=lag, rotate=True)
+        assert p.sched_word == p.lag | 2
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+        _assert_no_wait_cycle(p)
+        # every lane of a multi-round schedule takes a turn on a peer's list
+        if p.rounds >= world + p.lag:
+            for lane in range(p.grid):
+                parts = {(lane // p.chunk + r) % world for r in range(p.rounds)}
+                assert any(q < world - 1 for q in parts)

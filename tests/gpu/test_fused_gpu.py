@@ -75,21 +75,23 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
-@pytest.mark.parametrize("cta_group", [1, 2])
+@pytest.mark.parametrize("cta_group,rotate", [(1, False), (2, False), (1, True)],
+                         ids=["c1", "c2", "c1rot"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
-def test_correct_forced_plan(comm, M, N, K, ar, cta_group):
-    """Both plans on every shape class (odd tile rows leave a padding tile in 2x1 clusters),
-    whichever one the heuristic picks by default."""
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate):
+    """Every plan on every shape class (odd tile rows leave a padding tile in 2x1 clusters;
+    rotated parts), whichever one the heuristic picks by default."""
     op = get_op(comm, N, ar)
-    op.force_cta_group = cta_group
+    op.force_cta_group, op.force_rotate = cta_group, rotate
     try:
-        assert op.plan(M, K).cta_group == cta_group
+        p = op.plan(M, K)
+        assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
-        op.force_cta_group = None
+        op.force_cta_group, op.force_rotate = None, False
 
 
 @pytest.mark.parametrize("cta_group", [1, 2])
