@@ -238,6 +238,8 @@ class Bench:
             for K in grid["K"]:
                 for M in grid["M"]:
                     rows.append(self.shape(M, N, K, ops, bw))
+                    if self.rank == 0 and self.args.json_path:  # a cut-short sweep keeps its rows
+                        Path(self.args.json_path).write_text(json.dumps(rows, indent=1))
                     if self.rank == 0:
                         r = rows[-1]["ratios"]
                         print(f"[{len(rows)}/{total} {time.time() - t0:.0f}s] M={M} N={N} K={K} "
