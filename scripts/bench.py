@@ -11,7 +11,8 @@ Per shape (x: (M, K) and w: (N, K) on every rank), in the same processes:
   bound     max(min(mm, gemm_only), bytes sent per rank / measured peer bandwidth)
 Median of --iters timed calls (CUDA events) after warm-up; inputs rotate over sets that
 together exceed L2 several times. The calls are queued behind a GPU sleep, so each event pair
-times GPU work only; the host's cost per call is the separate *_host column.
+times GPU work only; the host's cost per call is the separate *_host column. torch_rs (which
+blocks the host inside each call) is timed back to back instead.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ GRID = dict(N=[7168, 8192], K=[1024, 4096, 9216],
             M=[128, 256, 512, 1024, 2048, 4096, 8192, 16384])
 QUICK = dict(N=[7168], K=[1024, 4096], M=[512, 2048, 8192])
 L2_BYTES = 60 * 2**20
+# torch symm_mem's fused op blocks the host inside every call, so no queue can form behind a
+# GPU sleep (its per-call events then include host time either way): it is timed back to
+# back, as a serving loop calling it would see it.
+HOST_SYNCED = {"torch_rs"}
 
 
 def parse() -> argparse.Namespace:
@@ -72,7 +77,7 @@ class Bench:
         self.skip = set(filter(None, args.skip.split(",")))
 
     # ---------------------------------------------------------------- timing
-    def time(self, fn, sets: list, iters: int, warmup: int) -> float:
+    def time(self, fn, sets: list, iters: int, warmup: int, queued: bool = True) -> float:
         torch = self.torch
         for i in range(warmup):
             fn(*sets[i % len(sets)])
@@ -83,7 +88,8 @@ class Bench:
         # Hold the stream while the host queues every call: each event pair then brackets
         # GPU work only, not a host launch gap (which would dominate at small M for every
         # column alike; host cost per call is reported separately as *_host).
-        torch.cuda._sleep(self.sleep_cycles(iters))
+        if queued:
+            torch.cuda._sleep(self.sleep_cycles(iters))
         for i in range(iters):
             s = sets[i % len(sets)]
             starts[i].record()
@@ -191,7 +197,7 @@ class Bench:
             if name in self.skip:
                 continue
             try:
-                t[name] = self.time(fn, s, it, wu)
+                t[name] = self.time(fn, s, it, wu, queued=name not in HOST_SYNCED)
             except Exception as e:  # an anchor that cannot run here is reported, not fatal
                 if self.rank == 0:
                     print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
