@@ -1,9 +1,10 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), N=7168, 2026-11-29 (docs/PERF.md). A shape is judged by its nearest
-measured point in (log2 M, log2 K); re-measure and update the table when the kernel or the
-machine changes.
+2x H200 (NV18), 2026-11-30, geometric mean over N in {7168, 8192} (docs/PERF.md; printed by
+``scripts/heuristics_table.py`` from the bench's JSON). A shape is judged by its nearest
+measured point in (log2 M, log2 K), and runs fused only when that point won by more than the
+run-to-run noise (3%). Re-measure and update the table when the kernel or the machine changes.
 """
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import math
 
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
-    (128, 1024): (1.96, 2.12), (512, 1024): (1.35, 1.50), (2048, 1024): (1.24, 1.22),
-    (4096, 1024): (1.49, 1.34), (8192, 1024): (1.48, 1.32),
-    (128, 4096): (1.92, 1.94), (512, 4096): (1.28, 1.19), (2048, 4096): (1.03, 1.14),
-    (4096, 4096): (1.19, 1.17), (8192, 4096): (1.04, 1.07),
+    (128, 1024): (1.05, 1.21), (256, 1024): (1.27, 1.24), (512, 1024): (1.2, 1.3),
+    (1024, 1024): (1.29, 1.24), (2048, 1024): (1.34, 1.27), (4096, 1024): (1.51, 1.33),
+    (8192, 1024): (1.52, 1.34), (16384, 1024): (1.53, 1.34),
+    (128, 4096): (0.96, 1.18), (256, 4096): (1.17, 1.18), (512, 4096): (1.1, 1.15),
+    (1024, 4096): (1.14, 1.24), (2048, 4096): (1.09, 1.19), (4096, 4096): (1.12, 1.15),
+    (8192, 4096): (1.05, 1.11), (16384, 4096): (1.02, 1.08),
+    (128, 9216): (0.86, 1.01), (256, 9216): (1.03, 1.06), (512, 9216): (0.95, 1.02),
+    (1024, 9216): (1.04, 1.08), (2048, 9216): (0.94, 0.97), (4096, 9216): (0.95, 1.0),
+    (8192, 9216): (0.93, 0.95), (16384, 9216): (0.8, 0.91),
 }
-MIN_SPEEDUP = 1.0
+MIN_SPEEDUP = 1.03  # above the ~3% run-to-run spread of the benchmark
 
 
 def expected_speedup(mode: str, M: int, K: int) -> float:

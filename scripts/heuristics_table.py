@@ -1,0 +1,40 @@
+"""Print the ``rsar_core.heuristics`` table from ``scripts/bench.py --json`` outputs.
+
+    python3 scripts/heuristics_table.py grid_7168.json grid_8192.json
+
+Per (M, K): the geometric mean over the measured N of the RS and AR speedups over
+torch.mm + NCCL, rounded to 2 digits; paste the printed dict into rsar_core/heuristics.py.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+
+
+def table(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
+    acc: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        q = r["ratios"]
+        if "rs_speedup" in q and "ar_speedup" in q:
+            acc[(r["M"], r["K"])].append((q["rs_speedup"], q["ar_speedup"]))
+
+    def gm(xs: list[float]) -> float:
+        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 2)
+    return {mk: (gm([a for a, _ in v]), gm([b for _, b in v])) for mk, v in sorted(acc.items())}
+
+
+def main() -> None:
+    rows = [r for path in sys.argv[1:] for r in json.load(open(path))]
+    t = table(rows)
+    print("MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {")
+    for k in sorted({k for _, k in t}):
+        items = [f"({m}, {k}): {t[(m, k)]}" for m in sorted({m for m, kk in t if kk == k})]
+        for i in range(0, len(items), 3):
+            print("    " + ", ".join(items[i:i + 3]) + ",")
+    print("}")
+
+
+if __name__ == "__main__":
+    main()
