@@ -28,10 +28,12 @@ class Variant:
     cta_group: int = 1  # 2: pair-tiles on 2x1 clusters (sm100 2-CTA MMA; sm90 w multicast)
     epi_slots: int = 0  # tuning knobs (0: the kernel's defaults), see Sm90FusedKernel
     band: int = 0
+    push: str = "lsu"  # how partials reach peers: "lsu" (thread stores) or "tma" (bulk copies)
 
     def describe(self) -> str:
         cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""
         tune = "".join(f" {k}={getattr(self, k)}" for k in ("epi_slots", "band") if getattr(self, k))
+        tune += f" push={self.push}" if self.push != "lsu" else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
@@ -39,10 +41,10 @@ def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, epi_slots=v.epi_slots,
-                               band=v.band)
+                               band=v.band, push=v.push)
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
-        if v.epi_slots or v.band:
+        if v.epi_slots or v.band or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
     raise NotImplementedError(f"no kernel for {v.arch} yet")

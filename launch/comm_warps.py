@@ -35,6 +35,16 @@ class CommWarps:
     """Mixin: device methods of the communication role (see module docstring)."""
 
     cta_group = 1  # 2: the schedule runs over 2-CTA pair-tiles (sm100, ``launch.plan``)
+    # True: sub-tiles sit in the ring as unpadded 64-B rows whose four 16-B chunks are
+    # permuted, chunk c of row r at c ^ ((r >> 1) & 3) (conflict-free for stmatrix and the
+    # reads), and every partial buffer (receive slots, park, multicast partials) holds that
+    # same image, so pushes are single bulk copies of whole row ranges.
+    tma_push = False
+
+    @property
+    def epi_pitch(self) -> int:
+        """Row pitch of the sub-tile ring, in elements."""
+        return EPI_N if self.tma_push else EPI_PITCH
 
     # ------------------------------------------------------------------ schedule (mirrors launch.plan)
     @cute.jit
@@ -193,12 +203,16 @@ class CommWarps:
 
                 for e in cutlass.range_constexpr(self.num_sub):
                     epi_pipe.consumer_wait(epi_state)
-                    slot_smem = smem_base + epi_state.index * Int32(BM * _EPI_PITCH * 2)
+                    slot_smem = smem_base + epi_state.index * Int32(BM * self.epi_pitch * 2)
                     if cutlass.const_expr(self.comm and not self.multicast):
                         if direct:
                             self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
                                              rows_end, t, out_addr, N, rank, local_M, peer_tab,
                                              out_off, True)
+                        elif cutlass.const_expr(self.tma_push):
+                            self._push_sub_bulk(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo,
+                                                rank, local_M, tiles_n, num_tiles, peer_tab,
+                                                recv_off, region_bytes, own_slot_addr + self_region)
                         else:
                             self._push_sub(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo, rank,
                                            local_M, tiles_n, num_tiles, peer_tab, recv_off,
@@ -212,6 +226,10 @@ class CommWarps:
                 if cutlass.const_expr(self.comm):
                     self.comm_bar.arrive_and_wait()
                     if ctid == 0:
+                        if cutlass.const_expr(self.tma_push):
+                            # the bulk copies this thread issued have landed
+                            ptx.bulk_wait_all()
+                            ptx.fence_proxy_async_global()
                         ptx.fence_sys()
                         for o in range(o_lo, o_hi + Int32(1)):
                             if cutlass.const_expr(self.multicast):
@@ -257,9 +275,12 @@ class CommWarps:
         c = ctid + Int32(j * _COMM_THREADS)
         row = c // Int32(4)
         cc = c - row * Int32(4)
-        sub_off = Int64(e * _SUB_BYTES) + Int64(c) * Int64(16)
+        pc = cc  # where chunk cc of the row sits in smem and in every partial buffer
+        if cutlass.const_expr(self.tma_push):
+            pc = cc ^ ((row >> Int32(1)) & Int32(3))
+        sub_off = Int64(e * _SUB_BYTES) + Int64(row * Int32(64) + pc * Int32(16))
         col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
-        smem_off = row * Int32(_EPI_PITCH * 2) + cc * Int32(16)
+        smem_off = row * Int32(self.epi_pitch * 2) + pc * Int32(16)
         return c, m0 + row, sub_off, col, smem_off
 
     @cute.jit
@@ -294,6 +315,42 @@ class CommWarps:
                               + Int64(slot) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
                 else:
                     ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
+
+    @cute.jit
+    def _push_sub_bulk(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, owner,
+                       rank, local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes,
+                       park_addr):
+        """``_push_sub`` as bulk copies: one per owner's row range of the sub-tile, issued
+        by one thread, which also holds the slot until the copies have read it."""
+        if ctid == 0:
+            rows = cutlass.min(Int32(BM), rows_end - m0)
+            if cutlass.const_expr(self.mode == "rs"):
+                o_first = m0 // local_M
+                o_last = (m0 + rows - Int32(1)) // local_M
+                for o in range(o_first, o_last + Int32(1)):
+                    r0 = cutlass.max(o * local_M - m0, Int32(0))
+                    r1 = cutlass.min((o + Int32(1)) * local_M - m0, rows)
+                    self._bulk_rows(e, o, r0, r1, slot_smem, t, tm, tn, rank, local_M, tiles_n,
+                                    num_tiles, peer_tab, recv_off, region_bytes, park_addr)
+            else:
+                self._bulk_rows(e, owner, Int32(0), rows, slot_smem, t, tm, tn, rank, local_M,
+                                tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
+            ptx.bulk_commit()
+            ptx.bulk_wait_read_all()
+
+    @cute.jit
+    def _bulk_rows(self, e: cutlass.Constexpr, dest, r0, r1, slot_smem, t, tm, tn, rank, local_M,
+                   tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr):
+        """Rows [r0, r1) of sub-tile e to dest's receive slot, or parked when dest is this rank."""
+        if r1 > r0:
+            sub_off = Int64(e * _SUB_BYTES) + Int64(r0 * Int32(64))
+            dst = park_addr + sub_off
+            if dest != rank:
+                slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
+                src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
+                dst = (protocol.peer_base(peer_tab, dest) + recv_off + Int64(src_idx) * region_bytes
+                       + Int64(slot) * Int64(self.tile_bytes) + sub_off)
+            ptx.bulk_s2g(dst, slot_smem + r0 * Int32(64), (r1 - r0) * Int32(64))
 
     @cute.jit
     def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,

@@ -189,3 +189,36 @@ def tmem_ld_row32(taddr, *, loc=None, ip=None):
              "tcgen05.wait::ld.sync.aligned;",
              ",".join(["=f"] * 32) + ",r,~{memory}", loc, ip)
     return [Float32(llvm.extractvalue(T.f32(), s, [i], loc=loc, ip=ip)) for i in range(32)]
+
+
+# ---------------------------------------------------------------- bulk (TMA) copies
+@dsl_user_op
+def bulk_s2g(dst, src_smem, nbytes, *, loc=None, ip=None) -> None:
+    """Asynchronous bulk copy of ``nbytes`` (multiple of 16) from shared memory to a global
+    address - a peer's mapping included - by the TMA unit, in this thread's bulk group."""
+    _asm(None, [_v(dst, Int64, loc, ip), _v(src_smem, Int32, loc, ip), _v(nbytes, Int32, loc, ip)],
+         "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;", "l,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def bulk_commit(*, loc=None, ip=None) -> None:
+    _asm(None, [], "cp.async.bulk.commit_group;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def bulk_wait_read_all(*, loc=None, ip=None) -> None:
+    """This thread's bulk copies have read their shared memory: the source can be reused."""
+    _asm(None, [], "cp.async.bulk.wait_group.read 0;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def bulk_wait_all(*, loc=None, ip=None) -> None:
+    """This thread's bulk copies are complete, their writes performed."""
+    _asm(None, [], "cp.async.bulk.wait_group 0;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def fence_proxy_async_global(*, loc=None, ip=None) -> None:
+    """Orders the async proxy's (bulk copies') global writes with this thread's later
+    generic-proxy operations - the release of the arrival stamp."""
+    _asm(None, [], "fence.proxy.async.global;", "~{memory}", loc, ip)

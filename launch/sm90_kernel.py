@@ -38,7 +38,6 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx
 from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import EPI_PITCH as _EPI_PITCH
 from .comm_warps import CommWarps
 from .plan import BK, BM, EPI_N
 
@@ -55,12 +54,13 @@ class Sm90FusedKernel(CommWarps):
     launch argument."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
-                 epi_slots: int = 0, band: int = 0) -> None:
+                 epi_slots: int = 0, band: int = 0, push: str = "lsu") -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
         benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
-        tile order."""
+        tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
+        sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores."""
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -69,6 +69,9 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
         if cta_group not in (1, 2):
             raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
+        if push not in ("lsu", "tma"):
+            raise ValueError(f"push must be lsu or tma, got {push!r}")
+        self.tma_push = push == "tma"
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
         self.multicast = transport == "multicast"
@@ -86,7 +89,7 @@ class Sm90FusedKernel(CommWarps):
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2
-        epi_bytes = BM * _EPI_PITCH * 2 * self.epi_slots
+        epi_bytes = BM * self.epi_pitch * 2 * self.epi_slots
         self.ab_stage = min(8, (smem - 4096 - epi_bytes) // ab_bytes)
         self.comm_bar = pipeline.NamedBarrier(barrier_id=2, num_threads=_COMM_THREADS)
 
@@ -139,7 +142,7 @@ class Sm90FusedKernel(CommWarps):
             sB: cute.struct.Align[
                 cute.struct.MemRange[BF16, cute.cosize(self.b_smem_staged)], 1024]
             sC: cute.struct.Align[
-                cute.struct.MemRange[BF16, BM * _EPI_PITCH * self.epi_slots], 128]
+                cute.struct.MemRange[BF16, BM * self.epi_pitch * self.epi_slots], 1024]
 
         self.shared_storage = SharedStorage
         self.kernel(
@@ -210,8 +213,14 @@ class Sm90FusedKernel(CommWarps):
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC_ptr = storage.sC.data_ptr()
-        sC = cute.make_tensor(sC_ptr, cute.make_layout(
-            (BM, EPI_N, self.epi_slots), stride=(_EPI_PITCH, 1, BM * _EPI_PITCH)))
+        sC_layout = cute.make_layout(
+            (BM, EPI_N, self.epi_slots), stride=(self.epi_pitch, 1, BM * self.epi_pitch))
+        if cutlass.const_expr(self.tma_push):
+            # element-index form of CommWarps' chunk swizzle: bits 3-4 ^= bits 6-7
+            sC = cute.make_tensor(sC_ptr, cute.make_composed_layout(
+                cute.make_swizzle(2, 3, 3), 0, sC_layout))
+        else:
+            sC = cute.make_tensor(sC_ptr, sC_layout)
 
         gA = cute.local_tile(mA, (BM, BK), (None, None))
         gB = cute.local_tile(mB, (self.bn, BK), (None, None))
@@ -340,5 +349,8 @@ class Sm90FusedKernel(CommWarps):
                         tRS_rD_out.store(tRS_rD.load().to(BF16))
                         epi_pipe.producer_acquire(epi_state)
                         cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
+                        if cutlass.const_expr(self.tma_push):
+                            # the slot is read by bulk copies (async proxy)
+                            cute.arch.fence_proxy("async.shared", space="cta")
                         epi_pipe.producer_commit(epi_state)
                         epi_state.advance()

@@ -90,6 +90,8 @@ class GemmRsAr:
         self.force_cta_group: int | None = None
         self.force_lag: int | None = None
         self.force_rotate = False
+        # How partials reach peers on sm90: "lsu" (thread stores) or "tma" (bulk copies).
+        self.push = "lsu"
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -168,7 +170,8 @@ class GemmRsAr:
 
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
-        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate)
+        push = self.push if self.arch == "sm_90a" else "lsu"
+        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate, push)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -176,7 +179,7 @@ class GemmRsAr:
             plan = self.plan(M, K, mode)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group, *tune))
+                                   plan.cta_group, *tune, push=push))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

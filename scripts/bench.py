@@ -193,6 +193,10 @@ class Bench:
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
             cols["ar_rot"] = (_forced(ops["ar"], 1, None, ops["ar"], rotate=True), sets)
+            for cg in (1, 2):
+                cols[f"rs_c{cg}tma"] = (_forced(ops["rs"], cg, None, ops["rs"], push="tma"), sets)
+                cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
+            cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -257,15 +261,16 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation) for the call."""
+def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu"):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation; how
+    partials are pushed) for the call."""
     def call(x, w):
-        op.force_cta_group, op.force_lag, op.force_rotate = cta_group, lag, rotate
+        op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = None
-            op.force_rotate = False
+            op.force_rotate, op.push = False, "lsu"
     return call
 
 
@@ -319,8 +324,9 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
-    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "rs_rot",
-                          "mm_ar", "ar_c1", "ar_c2", "ar_c1l0", "ar_rot") if any(c in r["us"] for r in rows)]
+    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
+                          "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
+                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

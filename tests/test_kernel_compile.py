@@ -19,6 +19,10 @@ VARIANTS = [
     Variant("sm_90a", 256, 2, "rs", "unicast", 2),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2),
     Variant("sm_90a", 256, 2, "gemm", "unicast", 2),
+    # partials pushed as bulk copies from a swizzled sub-tile ring
+    Variant("sm_90a", 256, 2, "rs", "unicast", push="tma"),
+    Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma"),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma"),
 ]
 
 
@@ -41,6 +45,7 @@ def test_variant_ptx(ptx_of, v):
     assert "cp.async.bulk.tensor" in ptx
     # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
     assert ("multicast::cluster" in ptx) == (v.cta_group == 2)
+    assert ("cp.async.bulk.global.shared" in ptx) == (v.push == "tma" and v.mode != "gemm")
     if v.mode == "gemm":
         assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
         return

@@ -75,36 +75,39 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
-@pytest.mark.parametrize("cta_group,rotate", [(1, False), (2, False), (1, True)],
-                         ids=["c1", "c2", "c1rot"])
+@pytest.mark.parametrize("cta_group,rotate,push", [
+    (1, False, "lsu"), (2, False, "lsu"), (1, True, "lsu"), (1, False, "tma"), (2, False, "tma")],
+    ids=["c1", "c2", "c1rot", "c1tma", "c2tma"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
-def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate):
-    """Every plan on every shape class (odd tile rows leave a padding tile in 2x1 clusters;
-    rotated parts), whichever one the heuristic picks by default."""
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push):
+    """Every plan and push path on every shape class (odd tile rows leave a padding tile in
+    2x1 clusters; rotated parts; bulk-copy pushes of owners' row ranges), whichever one the
+    defaults pick."""
     op = get_op(comm, N, ar)
-    op.force_cta_group, op.force_rotate = cta_group, rotate
+    op.force_cta_group, op.force_rotate, op.push = cta_group, rotate, push
     try:
         p = op.plan(M, K)
         assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
-        op.force_cta_group, op.force_rotate = None, False
+        op.force_cta_group, op.force_rotate, op.push = None, False, "lsu"
 
 
+@pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_gemm_only_forced_plan(comm, M, cta_group):
+def test_gemm_only_forced_plan(comm, M, cta_group, push):
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
-    op.force_cta_group = cta_group
+    op.force_cta_group, op.push = cta_group, push
     try:
         y = op.gemm_only(x, w)
     finally:
-        op.force_cta_group = None
+        op.force_cta_group, op.push = None, "lsu"
     ref = (x.double() @ w.double().t())
     assert rel_error(y, ref) < TOL
 
