@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from launch.cache import CACHE, Variant
+from launch.cache import CACHE, Variant, default_push
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -90,8 +90,6 @@ class GemmRsAr:
         self.force_cta_group: int | None = None
         self.force_lag: int | None = None
         self.force_rotate = False
-        # How partials reach peers on sm90: "lsu" (thread stores) or "tma" (bulk copies).
-        self.push = "lsu"
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -102,6 +100,8 @@ class GemmRsAr:
         else:
             self._ws = Workspace(max_M, N, bs)
         self.transport = self._ws.transport
+        # How partials reach peers on sm90: "lsu" (thread stores) or "tma" (bulk copies).
+        self.push = default_push(self.arch or "", self.transport)
         self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,

@@ -265,12 +265,13 @@ def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push:
     """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation; how
     partials are pushed) for the call."""
     def call(x, w):
+        default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = None
-            op.force_rotate, op.push = False, "lsu"
+            op.force_rotate, op.push = False, default
     return call
 
 

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def variants(arch: str, world: int, transports: list[str]) -> list:
-    from launch.cache import Variant
+    from launch.cache import Variant, default_push
     from launch.plan import BLACKWELL
     groups = (1, 2) if arch in BLACKWELL else (1,)
-    return [Variant(arch, bn, world, mode, tr, cg) for bn in (128, 256)
+    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr)) for bn in (128, 256)
             for mode in ("rs", "ar", "gemm") for tr in transports for cg in groups
             if not (mode == "gemm" and tr == "multicast")]
 

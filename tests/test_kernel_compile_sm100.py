@@ -91,9 +91,13 @@ def test_sm100_call_signature_matches_sm90():
     assert params(Sm100FusedKernel) == params(Sm90FusedKernel)
 
 
-def test_sm90_variants_reject_cta_group_2():
-    with pytest.raises(ValueError):
-        kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", 2))
+def test_variants_reject_what_their_kernel_lacks():
+    with pytest.raises(ValueError, match="cta_group"):
+        kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", 3))
+    with pytest.raises(ValueError, match="push"):
+        kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", push="nvlink"))
+    with pytest.raises(ValueError, match="knobs"):
+        kernel_for(Variant("sm_100a", 128, 2, "rs", "unicast", push="tma"))
 
 
 def test_b300_target_compiles_from_the_same_source():

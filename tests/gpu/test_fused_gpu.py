@@ -87,13 +87,14 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push):
     2x1 clusters; rotated parts; bulk-copy pushes of owners' row ranges), whichever one the
     defaults pick."""
     op = get_op(comm, N, ar)
+    default = op.push
     op.force_cta_group, op.force_rotate, op.push = cta_group, rotate, push
     try:
         p = op.plan(M, K)
         assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
-        op.force_cta_group, op.force_rotate, op.push = None, False, "lsu"
+        op.force_cta_group, op.force_rotate, op.push = None, False, default
 
 
 @pytest.mark.parametrize("push", ["lsu", "tma"])
@@ -103,11 +104,12 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push):
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
+    default = op.push
     op.force_cta_group, op.push = cta_group, push
     try:
         y = op.gemm_only(x, w)
     finally:
-        op.force_cta_group, op.push = None, "lsu"
+        op.force_cta_group, op.push = None, default
     ref = (x.double() @ w.double().t())
     assert rel_error(y, ref) < TOL
 
