@@ -1,9 +1,19 @@
+import pytest
+
 from rsar_core import heuristics
 
 
-def test_nearest_measured_point_decides():
-    assert heuristics.expected_speedup("rs", 128, 1024) == heuristics.MEASURED_2X_H200[(128, 1024)][0]
-    assert heuristics.expected_speedup("ar", 8000, 4000) == heuristics.MEASURED_2X_H200[(8192, 4096)][1]
+def test_measured_points_and_interpolation_between_them():
+    table = heuristics.MEASURED_2X_H200
+    for (m, k), (rs, ar) in table.items():
+        assert heuristics.expected_speedup("rs", m, k) == pytest.approx(rs)
+        assert heuristics.expected_speedup("ar", m, k) == pytest.approx(ar)
+    # halfway in log2 M between two measured rows: their mean
+    mid = heuristics.expected_speedup("rs", round(2048 * 2 ** 0.5), 1024)
+    assert mid == pytest.approx((table[(2048, 1024)][0] + table[(4096, 1024)][0]) / 2, rel=1e-3)
+    # outside the measured range: clamped to the edge
+    assert heuristics.expected_speedup("ar", 64, 512) == pytest.approx(table[(128, 1024)][1])
+    assert heuristics.expected_speedup("rs", 10 ** 6, 10 ** 5) == pytest.approx(table[(16384, 9216)][0])
     assert heuristics.fused_wins("rs", 3000, 7168, 1024, 2)
     # measured losses stay unfused: long K at large M, and RS at M=128 with K >= 4096
     assert not heuristics.fused_wins("rs", 16384, 7168, 9216, 2)
