@@ -28,7 +28,8 @@ class Variant:
     cta_group: int = 1  # 2: pair-tiles on 2x1 clusters (sm100 2-CTA MMA; sm90 w multicast)
     epi_slots: int = 0  # tuning knobs (0: the kernel's defaults), see Sm90FusedKernel
     band: int = 0
-    push: str = "lsu"  # how partials reach peers: "lsu" (thread stores) or "tma" (bulk copies)
+    push: str = "lsu"  # how partials reach peers: "lsu" (thread stores), "tma" (bulk copies),
+    # "tma_all" (AR's reduced tiles as bulk copies too)
 
     def describe(self) -> str:
         cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""

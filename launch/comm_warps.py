@@ -40,6 +40,10 @@ class CommWarps:
     # reads), and every partial buffer (receive slots, park, multicast partials) holds that
     # same image, so pushes are single bulk copies of whole row ranges.
     tma_push = False
+    # True (with tma_push, AR, unicast): an own tile's reduced sub-tile is written back over
+    # the own partial in its ring slot and sent to every peer's OUT as one bulk copy, instead
+    # of 16-B thread stores per peer.
+    bulk_results = False
 
     @property
     def epi_pitch(self) -> int:
@@ -358,6 +362,7 @@ class CommWarps:
                     from_smem: cutlass.Constexpr):
         """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
         plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output."""
+        bulk = self.bulk_results and self.mode == "ar" and not self.multicast
         batch = max(1, 8 // max(1, self.world - 1))
         for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
             own = []
@@ -368,7 +373,7 @@ class CommWarps:
                 live = c < Int32(_SUB_CHUNKS)
                 if cutlass.const_expr(j * _COMM_THREADS + _COMM_THREADS <= _SUB_CHUNKS):
                     live = True
-                geo.append((live, grow, sub_off, col))
+                geo.append((live, grow, sub_off, col, smem_off))
                 src = own_slot_addr + sub_off
                 if cutlass.const_expr(from_smem):
                     own.append(self._ld_if(live, own_smem + smem_off, True))
@@ -377,14 +382,30 @@ class CommWarps:
                 for s in cutlass.range_constexpr(self.world - 1):
                     peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
             for jj in cutlass.range_constexpr(len(geo)):
-                live, grow, sub_off, col = geo[jj]
+                live, grow, sub_off, col, smem_off = geo[jj]
                 mine = grow < rows_end
                 if cutlass.const_expr(self.mode == "rs"):
                     mine = mine & (grow // local_M == rank)
                 if live & mine:
                     r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
                     self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
-                                       rank, local_M, peer_tab, out_off, Int64(0))
+                                       rank, local_M, peer_tab, out_off, Int64(0),
+                                       not (bulk and from_smem))
+                    if cutlass.const_expr(bulk and from_smem):
+                        ptx.st_shared_v4(own_smem + smem_off, r[0], r[1], r[2], r[3])
+        if cutlass.const_expr(bulk and from_smem):
+            # the reduced sub-tile, now in the slot, to every peer's OUT in one copy each
+            cute.arch.fence_proxy("async.shared", space="cta")
+            self.comm_bar.arrive_and_wait()
+            if ctid == 0:
+                rows = cutlass.min(Int32(BM), rows_end - m0)
+                tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + Int64(e * _SUB_BYTES)
+                for p in cutlass.range_constexpr(self.world):
+                    if Int32(p) != rank:
+                        ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
+                                     rows * Int32(64))
+                ptx.bulk_commit()
+                ptx.bulk_wait_read_all()
 
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
@@ -434,12 +455,12 @@ class CommWarps:
 
     @cute.jit
     def _store_result(self, r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N, rank, local_M,
-                      peer_tab, out_off, mc_base):
+                      peer_tab, out_off, mc_base, to_peers: cutlass.Constexpr = True):
         out_row = grow
         if cutlass.const_expr(self.mode == "rs"):
             out_row = grow - rank * local_M
         ptx.st_v4(out_addr + (Int64(out_row) * Int64(N) + Int64(col)) * Int64(2), r0, r1, r2, r3)
-        if cutlass.const_expr(self.mode == "ar"):
+        if cutlass.const_expr(self.mode == "ar" and to_peers):
             tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + sub_off
             if cutlass.const_expr(self.multicast):
                 ptx.multimem_st_v4(mc_base + tile_off, r0, r1, r2, r3)

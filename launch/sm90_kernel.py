@@ -60,7 +60,8 @@ class Sm90FusedKernel(CommWarps):
         halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
         benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
         tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
-        sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores."""
+        sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
+        "tma_all": AR's reduced tiles too."""
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -69,9 +70,10 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
         if cta_group not in (1, 2):
             raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
-        if push not in ("lsu", "tma"):
-            raise ValueError(f"push must be lsu or tma, got {push!r}")
-        self.tma_push = push == "tma"
+        if push not in ("lsu", "tma", "tma_all"):
+            raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
+        self.tma_push = push in ("tma", "tma_all")
+        self.bulk_results = push == "tma_all"
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
         self.multicast = transport == "multicast"

@@ -197,6 +197,7 @@ class Bench:
                 cols[f"rs_c{cg}tma"] = (_forced(ops["rs"], cg, None, ops["rs"], push="tma"), sets)
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
             cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
+            cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -327,7 +328,7 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
     forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
                           "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
-                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma") if any(c in r["us"] for r in rows)]
+                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

@@ -23,6 +23,7 @@ VARIANTS = [
     Variant("sm_90a", 256, 2, "rs", "unicast", push="tma"),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma"),
     Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma"),
+    Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all"),
 ]
 
 
@@ -45,7 +46,7 @@ def test_variant_ptx(ptx_of, v):
     assert "cp.async.bulk.tensor" in ptx
     # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
     assert ("multicast::cluster" in ptx) == (v.cta_group == 2)
-    assert ("cp.async.bulk.global.shared" in ptx) == (v.push == "tma" and v.mode != "gemm")
+    assert ("cp.async.bulk.global.shared" in ptx) == (v.push != "lsu" and v.mode != "gemm")
     if v.mode == "gemm":
         assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
         return
@@ -66,3 +67,12 @@ def test_cache_compiles_each_variant_once():
     assert cache.get(v) is a and cache.get(Variant(*[getattr(v, f) for f in ("arch", "bn", "world", "mode", "transport")])) is a
     cache.get(VARIANTS[1])
     assert calls == [v, VARIANTS[1]] and cache.compile_count == 2
+
+
+def test_tma_all_sends_ar_results_as_bulk_copies(ptx_of):
+    """AR with push="tma_all" adds bulk copies (one per peer and reduced sub-tile, which the
+    compiler may emit in more than one code path)."""
+    bulk = "cp.async.bulk.global.shared"
+    partials = ptx_of(Variant("sm_90a", 256, 2, "ar", "unicast", push="tma")).count(bulk)
+    both = ptx_of(Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all")).count(bulk)
+    assert partials >= 8 and both >= partials + 8

@@ -76,8 +76,8 @@ def test_correct(comm, M, N, K, ar):
 
 
 @pytest.mark.parametrize("cta_group,rotate,push", [
-    (1, False, "lsu"), (2, False, "lsu"), (1, True, "lsu"), (1, False, "tma"), (2, False, "tma")],
-    ids=["c1", "c2", "c1rot", "c1tma", "c2tma"])
+    (1, False, "lsu"), (2, False, "lsu"), (1, True, "lsu"), (1, False, "tma"), (2, False, "tma"),
+    (1, False, "tma_all")], ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
