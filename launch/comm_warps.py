@@ -1,9 +1,10 @@
 """The communication warps and the protocol's per-tile logic, shared by every arch.
 
 A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-tile ring in
-shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``EPI_PITCH`` elements) fed by
-its MMA warps through an mbarrier pipeline, and the attributes ``bn, world, mode,
-multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar`` (and ``cta_group``, default 1). Everything here - the round
+shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
+order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
+attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
+(and ``cta_group``, ``tma_push``, ``bulk_results``, default 1 / False). Everything here - the round
 schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
 is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
 """

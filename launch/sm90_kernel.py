@@ -6,12 +6,16 @@ Warp roles (384 threads, one CTA per SM, persistent over tiles):
   second smem ring and move them (to peers, to the workspace, to the output), wait for
   peers' stamps and reduce, so the exchange of tile i overlaps the mainloop of tile i+1;
 - warp groups 1-2: wgmma on 128 x BN tiles (64 rows each), then stmatrix of the fp32
-  accumulators as bf16 into the sub-tile ring (128 x 32 per slot).
+  accumulators as bf16 into the sub-tile ring (128 x 32 per slot; padded rows, or with
+  bulk-copy pushes unpadded swizzled ones, see ``CommWarps``).
+With ``cta_group`` 2 the grid runs as 2x1 clusters over pair-tiles (``launch.plan``): the two
+CTAs compute vertically adjacent tiles and each TMA-loads half of w's tile for both.
 
 Per tile on rank r (ownership and order: ``launch.plan``), the communication warps:
-- rows a peer owns: push the bf16 partial into that owner's receive slot (unicast), or
-  write it to this rank's own partial buffer (multicast); after the tile, one thread fences
-  at system scope and stamps the owner's arrival word [tile][r] with epoch+1;
+- rows a peer owns: push the bf16 partial into that owner's receive slot (unicast: thread
+  stores, or one bulk copy per owner's row range), or write it to this rank's own partial
+  buffer (multicast); after the tile, one thread fences at system scope and stamps the
+  owner's arrival word [tile][r] with epoch+1;
 - a tile only r owns: wait for every peer's stamp first, then per sub-tile add the peers'
   partials (local receive slots, or one ``multimem.ld_reduce``) to the own partial in
   fp32 and store bf16 to the output; AR also sends the reduced tile to every peer
