@@ -313,11 +313,9 @@ class CommWarps:
                 if cutlass.const_expr(self.mode == "rs"):
                     dest = grow // local_M
                 if dest != rank:
-                    slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
-                    src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
-                    ptx.st_v4(protocol.peer_base(peer_tab, dest) + recv_off
-                              + Int64(src_idx) * region_bytes
-                              + Int64(slot) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
+                    ptx.st_v4(self._recv_slot_addr(dest, rank, t, tm, tn, tiles_n, local_M,
+                                                   num_tiles, peer_tab, recv_off, region_bytes)
+                              + sub_off, v0, v1, v2, v3)
                 else:
                     ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
 
@@ -351,11 +349,19 @@ class CommWarps:
             sub_off = Int64(e * _SUB_BYTES) + Int64(r0 * Int32(64))
             dst = park_addr + sub_off
             if dest != rank:
-                slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
-                src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
-                dst = (protocol.peer_base(peer_tab, dest) + recv_off + Int64(src_idx) * region_bytes
-                       + Int64(slot) * Int64(self.tile_bytes) + sub_off)
+                dst = self._recv_slot_addr(dest, rank, t, tm, tn, tiles_n, local_M, num_tiles,
+                                           peer_tab, recv_off, region_bytes) + sub_off
             ptx.bulk_s2g(dst, slot_smem + r0 * Int32(64), (r1 - r0) * Int32(64))
+
+    @cute.jit
+    def _recv_slot_addr(self, dest, rank, t, tm, tn, tiles_n, local_M, num_tiles, peer_tab,
+                        recv_off, region_bytes):
+        """Address, in dest's workspace, of the receive slot that holds this rank's partial
+        of tile t."""
+        slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
+        src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
+        return (protocol.peer_base(peer_tab, dest) + recv_off + Int64(src_idx) * region_bytes
+                + Int64(slot) * Int64(self.tile_bytes))
 
     @cute.jit
     def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
@@ -363,7 +369,8 @@ class CommWarps:
                     from_smem: cutlass.Constexpr):
         """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
         plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output."""
-        bulk = self.bulk_results and self.mode == "ar" and not self.multicast
+        # AR results leave as bulk copies from the slot (direct path only: the slot holds them)
+        bulk = self.bulk_results and self.mode == "ar" and not self.multicast and from_smem
         batch = max(1, 8 // max(1, self.world - 1))
         for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
             own = []
@@ -390,11 +397,10 @@ class CommWarps:
                 if live & mine:
                     r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
                     self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
-                                       rank, local_M, peer_tab, out_off, Int64(0),
-                                       not (bulk and from_smem))
-                    if cutlass.const_expr(bulk and from_smem):
+                                       rank, local_M, peer_tab, out_off, Int64(0), not bulk)
+                    if cutlass.const_expr(bulk):
                         ptx.st_shared_v4(own_smem + smem_off, r[0], r[1], r[2], r[3])
-        if cutlass.const_expr(bulk and from_smem):
+        if cutlass.const_expr(bulk):
             # the reduced sub-tile, now in the slot, to every peer's OUT in one copy each
             cute.arch.fence_proxy("async.shared", space="cta")
             self.comm_bar.arrive_and_wait()

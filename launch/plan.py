@@ -246,16 +246,14 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
-    lag_override = lag
     longest = max(base.list_len(o) for o in range(world))
     chunk = max(1, min(sm_count // world, longest))
     chunks = ceil_div(longest, chunk)
-    # A round of slack pays for itself only when there are enough rounds to hide it.
-    lag = 1 if chunks >= 3 else 0
-    if lag_override is not None:
-        if lag_override not in (0, 1):
-            raise ValueError(f"lag must be 0 or 1, got {lag_override}")
-        lag = lag_override
+    if lag is None:
+        # A round of slack pays for itself only when there are enough rounds to hide it.
+        lag = 1 if chunks >= 3 else 0
+    elif lag not in (0, 1):
+        raise ValueError(f"lag must be 0 or 1, got {lag}")
     return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
                    rotate=rotate)
 

@@ -248,7 +248,7 @@ class Sm90FusedKernel(CommWarps):
                     u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
                                              tiles_n, local_M)
                     if u >= Int32(0):
-                        tm, tn = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
+                        tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                         tAgA_t = tAgA[(None, tm, None)]
                         tBgB_t = tBgB[(None, tn, None)]
                         prod.reset_count()
@@ -282,14 +282,17 @@ class Sm90FusedKernel(CommWarps):
     # ------------------------------------------------------------------ MMA warp groups
     @cute.jit
     def _unit_tile(self, u, v_in_pair, tiles_m, tiles_n):
-        """(tile row, tile column) CTA ``v_in_pair`` of a lane computes for unit u. The odd
-        tile row past the last one (a padding tile, never handed to the communication warps)
-        reloads the last row: any data will do, and it stays inside x."""
+        """(tile row, tile column, real) CTA ``v_in_pair`` of a lane computes for unit u. The
+        odd tile row past the last one (a padding tile: not real, never handed to the
+        communication warps) reloads the last row: any data will do, and it stays inside x."""
         tm = u // tiles_n
         tn = u - tm * tiles_n
+        real = True
         if cutlass.const_expr(self.cta_group == 2):
-            tm = cutlass.min(Int32(2) * tm + v_in_pair, tiles_m - Int32(1))
-        return tm, tn
+            tm = Int32(2) * tm + v_in_pair
+            real = tm < tiles_m
+            tm = cutlass.min(tm, tiles_m - Int32(1))
+        return tm, tn, real
 
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
@@ -345,9 +348,7 @@ class Sm90FusedKernel(CommWarps):
                 ab_pipe.consumer_release(rel_state)
                 rel_state.advance()
 
-                real = True
-                if cutlass.const_expr(self.cta_group == 2):
-                    real = (u // tiles_n) * Int32(2) + v_in_pair < tiles_m
+                _, _, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 if real:
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
