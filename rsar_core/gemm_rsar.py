@@ -84,7 +84,6 @@ class GemmRsAr:
         self.arch = _arch_of(self.device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
-        self.pair_ctas = _pair_ctas(self.device.index, self.sm_count) if self.arch else None
         # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan, 0 or 1 the
         # 1-CTA schedule's lag; None lets the plan choose.
         self.force_cta_group: int | None = None
@@ -130,10 +129,17 @@ class GemmRsAr:
         M, K = x.shape
         return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
 
+    @property
+    def pair_ctas(self) -> int:
+        """CTAs resident at once as 2x1 clusters on this GPU (queried once per process)."""
+        return _pair_ctas(self.device.index, self.sm_count)
+
     def plan(self, M: int, K: int, mode: str | None = None) -> TilePlan:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own)."""
+        # Only plans that can pick 2x1 clusters need the occupancy query (a small compile).
+        pairs = self.arch in BLACKWELL or self.force_cta_group == 2
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
-                         arch=self.arch, pair_ctas=self.pair_ctas,
+                         arch=self.arch, pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
                          rotate=self.force_rotate)
 
