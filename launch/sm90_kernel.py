@@ -88,7 +88,12 @@ class Sm90FusedKernel(CommWarps):
         self.producer_regs = 104  # 128 x 104 + 256 x 200 = 384 x 168: what the CTA holds at launch
         self.mma_regs = 200
         self.num_sub = bn // EPI_N
-        self.epi_slots = 2 if bn == 256 else 4  # leaves smem for 4 (BN=256) or 5 mainloop stages
+        # The ring holds a whole tile, so the MMA warps hand a tile over and start the next
+        # one while the communication warps still push it: with a 2-slot ring (BN=256, one
+        # more mainloop stage) they waited on the link's bursts at every tile end, and RS /
+        # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
+        # fourth mainloop stage (3 remain); BN=128 keeps 5.
+        self.epi_slots = self.num_sub
         if epi_slots:
             self.epi_slots = epi_slots
         self.band = band

@@ -179,7 +179,7 @@ class Bench:
         }
         if self.args.gemm_sweep:
             for band in (0, 8, 16):
-                for slots in (0, 4):
+                for slots in (0, 2):
                     if band or slots:
                         cols[f"gemm_b{band}_s{slots}"] = (
                             lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
