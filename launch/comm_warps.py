@@ -194,11 +194,11 @@ class CommWarps:
             rows_end = padded_M
         self_region = Int64(self.world - 1) * region_bytes
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        # Slots go back to the MMA warps ``lag`` sub-tiles after they were taken, so that
+        # Slots go back to the MMA warps ``hold`` sub-tiles after they were taken, so that
         # many bulk copies stay in flight (see ``release_lag``); every path keeps the same
         # schedule, the paths that read a slot synchronously just return it later.
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        lag = self.release_lag
+        hold = self.release_lag
 
         for rnd in range(rounds):
             t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
@@ -243,13 +243,13 @@ class CommWarps:
                         self._copy_sub(ctid, e, slot_smem, t, tn, m0, rows_end, ws, part_off,
                                        out_addr, N)
                     epi_state.advance()
-                    if cutlass.const_expr(e >= lag):
+                    if cutlass.const_expr(e >= hold):
                         epi_pipe.consumer_release(rel_state)
                         rel_state.advance()
-                if cutlass.const_expr(lag > 0):
+                if cutlass.const_expr(hold > 0):
                     if ctid == 0:
                         ptx.bulk_wait_read_all()
-                    for _ in cutlass.range_constexpr(min(lag, self.num_sub)):
+                    for _ in cutlass.range_constexpr(min(hold, self.num_sub)):
                         epi_pipe.consumer_release(rel_state)
                         rel_state.advance()
 
