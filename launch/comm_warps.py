@@ -4,8 +4,7 @@ A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-t
 shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
 order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
-(and ``cta_group``, ``tma_push``, ``bulk_results``, ``push_window``, default 1 / False /
-False / 1). Everything here - the round
+(and ``cta_group``, ``tma_push``, ``bulk_results``, default 1 / False). Everything here - the round
 schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
 is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
 """
@@ -46,17 +45,6 @@ class CommWarps:
     # the own partial in its ring slot and sent to every peer's OUT as one bulk copy, instead
     # of 16-B thread stores per peer.
     bulk_results = False
-    # Bulk-copy push groups one CTA keeps in flight (1: each sub-tile's copy must have read
-    # its slot before the next is issued, which capped a CTA at ~4 GB/s over NVLink).
-    push_window = 1
-
-    @property
-    def release_lag(self) -> int:
-        """Sub-tiles a slot stays held after it was taken: the copies in flight beyond the
-        newest, never more than the ring can lend without starving the MMA warps."""
-        if not self.tma_push:
-            return 0
-        return max(0, min(self.push_window, self.epi_slots) - 1)
 
     @property
     def epi_pitch(self) -> int:
@@ -194,11 +182,6 @@ class CommWarps:
             rows_end = padded_M
         self_region = Int64(self.world - 1) * region_bytes
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        # Slots go back to the MMA warps ``hold`` sub-tiles after they were taken, so that
-        # many bulk copies stay in flight (see ``release_lag``); every path keeps the same
-        # schedule, the paths that read a slot synchronously just return it later.
-        rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        hold = self.release_lag
 
         for rnd in range(rounds):
             t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
@@ -242,16 +225,8 @@ class CommWarps:
                     else:
                         self._copy_sub(ctid, e, slot_smem, t, tn, m0, rows_end, ws, part_off,
                                        out_addr, N)
+                    epi_pipe.consumer_release(epi_state)
                     epi_state.advance()
-                    if cutlass.const_expr(e >= hold):
-                        epi_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                if cutlass.const_expr(hold > 0):
-                    if ctid == 0:
-                        ptx.bulk_wait_read_all()
-                    for _ in cutlass.range_constexpr(min(hold, self.num_sub)):
-                        epi_pipe.consumer_release(rel_state)
-                        rel_state.advance()
 
                 if cutlass.const_expr(self.comm):
                     self.comm_bar.arrive_and_wait()
@@ -364,7 +339,7 @@ class CommWarps:
                 self._bulk_rows(e, owner, Int32(0), rows, slot_smem, t, tm, tn, rank, local_M,
                                 tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
             ptx.bulk_commit()
-            ptx.bulk_wait_read(self.release_lag)
+            ptx.bulk_wait_read_all()
 
     @cute.jit
     def _bulk_rows(self, e: cutlass.Constexpr, dest, r0, r1, slot_smem, t, tm, tn, rank, local_M,
@@ -437,7 +412,7 @@ class CommWarps:
                         ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
                                      rows * Int32(64))
                 ptx.bulk_commit()
-                ptx.bulk_wait_read(self.release_lag)
+                ptx.bulk_wait_read_all()
 
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):

@@ -212,12 +212,6 @@ def bulk_wait_read_all(*, loc=None, ip=None) -> None:
 
 
 @dsl_user_op
-def bulk_wait_read(pending: int, *, loc=None, ip=None) -> None:
-    """All but this thread's newest ``pending`` bulk groups have read their shared memory."""
-    _asm(None, [], f"cp.async.bulk.wait_group.read {int(pending)};", "~{memory}", loc, ip)
-
-
-@dsl_user_op
 def bulk_wait_all(*, loc=None, ip=None) -> None:
     """This thread's bulk copies are complete, their writes performed."""
     _asm(None, [], "cp.async.bulk.wait_group 0;", "~{memory}", loc, ip)

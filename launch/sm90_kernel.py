@@ -45,9 +45,6 @@ from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import CommWarps
 from .plan import BK, BM, EPI_N
 
-# Bulk-copy push groups in flight per CTA (``CommWarps.push_window``); measured in docs/PERF.md.
-DEFAULT_PUSH_WINDOW = 4
-
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 Float32 = cutlass.Float32
@@ -61,15 +58,14 @@ class Sm90FusedKernel(CommWarps):
     launch argument."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
-                 epi_slots: int = 0, band: int = 0, push: str = "lsu", window: int = 0) -> None:
+                 epi_slots: int = 0, band: int = 0, push: str = "lsu") -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
         benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
         tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
-        "tma_all": AR's reduced tiles too. ``window`` (0: default): bulk-copy groups a CTA
-        keeps in flight."""
+        "tma_all": AR's reduced tiles too."""
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -81,7 +77,6 @@ class Sm90FusedKernel(CommWarps):
         if push not in ("lsu", "tma", "tma_all"):
             raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
         self.tma_push = push in ("tma", "tma_all")
-        self.push_window = window or DEFAULT_PUSH_WINDOW
         self.bulk_results = push == "tma_all"
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
@@ -98,21 +93,16 @@ class Sm90FusedKernel(CommWarps):
         # more mainloop stage) they waited on the link's bursts at every tile end, and RS /
         # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
         # fourth mainloop stage (3 remain); BN=128 keeps 5.
-        self.epi_slots = epi_slots or self.num_sub
+        self.epi_slots = self.num_sub
+        if epi_slots:
+            self.epi_slots = epi_slots
         self.band = band
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2
-        # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, 1 KiB spare
-        self.ab_stage = min(8, (smem - 2048 - self.epi_bytes) // ab_bytes)
-        if self.ab_stage < 3:
-            raise ValueError(f"{self.epi_slots} ring slots leave {self.ab_stage} mainloop stages "
-                             f"at BN={bn}; at least 3 are needed")
+        epi_bytes = BM * self.epi_pitch * 2 * self.epi_slots
+        self.ab_stage = min(8, (smem - 4096 - epi_bytes) // ab_bytes)
         self.comm_bar = pipeline.NamedBarrier(barrier_id=2, num_threads=_COMM_THREADS)
-
-    @property
-    def epi_bytes(self) -> int:
-        return BM * self.epi_pitch * 2 * self.epi_slots
 
     # ------------------------------------------------------------------ host side
     def _layouts(self) -> None:

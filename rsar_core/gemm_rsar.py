@@ -101,8 +101,6 @@ class GemmRsAr:
         self.transport = self._ws.transport
         # How partials reach peers on sm90: "lsu" (thread stores) or "tma" (bulk copies).
         self.push = default_push(self.arch or "", self.transport)
-        # Benchmark knob: bulk-copy groups in flight per CTA (0: the kernel's default).
-        self.push_window = 0
         self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
@@ -179,9 +177,7 @@ class GemmRsAr:
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
         push = self.push if self.arch == "sm_90a" else "lsu"
-        window = self.push_window if push != "lsu" else 0
-        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate, push,
-               window)
+        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate, push)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -189,8 +185,7 @@ class GemmRsAr:
             plan = self.plan(M, K, mode)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group, epi_slots=tune[0], band=tune[1], push=push,
-                                   window=window))
+                                   plan.cta_group, *tune, push=push))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -198,9 +198,6 @@ class Bench:
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
             cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
             cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
-            for wnd in (1, 2, 8):  # bulk-copy groups in flight per CTA (default: the kernel's)
-                cols[f"rs_w{wnd}"] = (_forced(ops["rs"], 1, None, ops["rs"], push="tma", window=wnd), sets)
-                cols[f"ar_w{wnd}"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma", window=wnd), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -265,19 +262,17 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu",
-            window: int = 0):
+def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu"):
     """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation; how
-    partials are pushed, with how many bulk copies in flight) for the call."""
+    partials are pushed) for the call."""
     def call(x, w):
         default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
-        op.push_window = window
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = None
-            op.force_rotate, op.push, op.push_window = False, default, 0
+            op.force_rotate, op.push = False, default
     return call
 
 
@@ -333,9 +328,7 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
     forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
                           "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
-                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall",
-                          "rs_w1", "rs_w2", "rs_w8", "ar_w1", "ar_w2", "ar_w8")
-              if any(c in r["us"] for r in rows)]
+                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

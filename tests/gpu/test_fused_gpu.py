@@ -75,27 +75,26 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
-@pytest.mark.parametrize("cta_group,rotate,push,window", [
-    (1, False, "lsu", 0), (2, False, "lsu", 0), (1, True, "lsu", 0), (1, False, "tma", 0),
-    (2, False, "tma", 0), (1, False, "tma_all", 0), (1, False, "tma_all", 8), (1, False, "tma", 1)],
-    ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall", "c1tmaallw8", "c1tmaw1"])
+@pytest.mark.parametrize("cta_group,rotate,push", [
+    (1, False, "lsu"), (2, False, "lsu"), (1, True, "lsu"), (1, False, "tma"), (2, False, "tma"),
+    (1, False, "tma_all")], ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
-def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, window):
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push):
     """Every plan and push path on every shape class (odd tile rows leave a padding tile in
-    2x1 clusters; rotated parts; bulk-copy pushes of owners' row ranges; one copy in flight
-    per CTA, or nearly the whole ring held by copies), whichever one the defaults pick."""
+    2x1 clusters; rotated parts; bulk-copy pushes of owners' row ranges), whichever one the
+    defaults pick."""
     op = get_op(comm, N, ar)
     default = op.push
-    op.force_cta_group, op.force_rotate, op.push, op.push_window = cta_group, rotate, push, window
+    op.force_cta_group, op.force_rotate, op.push = cta_group, rotate, push
     try:
         p = op.plan(M, K)
         assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
-        check(op, seed=M * 5 + K * 11 + N + cta_group + window, M=M, K=K)
+        check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
-        op.force_cta_group, op.force_rotate, op.push, op.push_window = None, False, default, 0
+        op.force_cta_group, op.force_rotate, op.push = None, False, default
 
 
 @pytest.mark.parametrize("push", ["lsu", "tma"])
