@@ -16,6 +16,8 @@ from .plan import BLACKWELL
 log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
+# sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
+TUNING = ("epi_slots", "band")
 
 
 @dataclass(frozen=True)
@@ -26,32 +28,44 @@ class Variant:
     mode: str
     transport: str
     cta_group: int = 1  # 2: pair-tiles on 2x1 clusters (sm100 2-CTA MMA; sm90 w multicast)
-    epi_slots: int = 0  # tuning knobs (0: the kernel's defaults), see Sm90FusedKernel
+    epi_slots: int = 0  # TUNING knobs
     band: int = 0
     push: str = "lsu"  # how partials reach peers: "lsu" (thread stores), "tma" (bulk copies),
     # "tma_all" (AR's reduced tiles as bulk copies too)
 
+    def tuning(self) -> dict[str, int]:
+        """The knobs set away from the kernel's defaults."""
+        return {k: getattr(self, k) for k in TUNING if getattr(self, k)}
+
     def describe(self) -> str:
         cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""
-        tune = "".join(f" {k}={getattr(self, k)}" for k in ("epi_slots", "band") if getattr(self, k))
+        tune = "".join(f" {k}={n}" for k, n in self.tuning().items())
         tune += f" push={self.push}" if self.push != "lsu" else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
-def default_push(arch: str, transport: str) -> str:
+def default_push(arch: str, transport: str, mode: str = "rs") -> str:
     """How partials reach peers by default: bulk copies on sm90 unicast (measured 8-13%
-    faster RS than thread stores on 2x H200, docs/PERF.md); thread stores elsewhere."""
-    return "tma" if arch == "sm_90a" and transport == "unicast" else "lsu"
+    faster RS than thread stores on 2x H200), and for AR its reduced tiles too (1-2% at
+    link-bound shapes, docs/PERF.md); thread stores elsewhere."""
+    if arch != "sm_90a" or transport != "unicast":
+        return "lsu"
+    return "tma_all" if mode == "ar" else "tma"
+
+
+def push_for(push: str, mode: str) -> str:
+    """The push a ``mode`` kernel compiles with: "tma_all" differs from "tma" only in AR."""
+    return "tma" if push == "tma_all" and mode != "ar" else push
 
 
 def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
-        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, epi_slots=v.epi_slots,
-                               band=v.band, push=v.push)
+        return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, push=v.push,
+                               **v.tuning())
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
-        if v.epi_slots or v.band or v.push != "lsu":
+        if v.tuning() or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
     raise NotImplementedError(f"no kernel for {v.arch} yet")

@@ -49,8 +49,7 @@ def source_hash() -> str:
 
 def entry_name(v: Any) -> str:
     """Object-file stem and symbol prefix of a variant (letters, digits, underscores)."""
-    tune = "".join(f"_{k[0]}{getattr(v, k)}" for k in ("epi_slots", "band")
-                   if getattr(v, k, 0))
+    tune = "".join(f"_{k[0]}{n}" for k, n in v.tuning().items())
     push = getattr(v, "push", "lsu")
     tune += f"_{push}" if push != "lsu" else ""
     return (f"rsar_{v.arch}_bn{v.bn}_w{v.world}_{v.mode}_{v.transport}_cg{v.cta_group}{tune}"

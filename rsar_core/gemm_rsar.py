@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from launch.cache import CACHE, Variant, default_push
+from launch.cache import CACHE, Variant, default_push, push_for
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -99,8 +99,9 @@ class GemmRsAr:
         else:
             self._ws = Workspace(max_M, N, bs)
         self.transport = self._ws.transport
-        # How partials reach peers on sm90: "lsu" (thread stores) or "tma" (bulk copies).
-        self.push = default_push(self.arch or "", self.transport)
+        # How partials reach peers on sm90: "lsu" (thread stores), "tma" (bulk copies) or
+        # "tma_all" (AR's reduced tiles as bulk copies too).
+        self.push = default_push(self.arch or "", self.transport, self.mode)
         self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
@@ -176,7 +177,7 @@ class GemmRsAr:
 
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
-        push = self.push if self.arch == "sm_90a" else "lsu"
+        push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate, push)
         hit = self._plans.get(key)
         if hit is None:

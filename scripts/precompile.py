@@ -23,7 +23,7 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     from launch.cache import Variant, default_push
     from launch.plan import BLACKWELL
     groups = (1, 2) if arch in BLACKWELL else (1,)
-    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr)) for bn in (128, 256)
+    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr, mode)) for bn in (128, 256)
             for mode in ("rs", "ar", "gemm") for tr in transports for cg in groups
             if not (mode == "gemm" and tr == "multicast")]
 

@@ -76,3 +76,14 @@ def test_tma_all_sends_ar_results_as_bulk_copies(ptx_of):
     partials = ptx_of(Variant("sm_90a", 256, 2, "ar", "unicast", push="tma")).count(bulk)
     both = ptx_of(Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all")).count(bulk)
     assert partials >= 8 and both >= partials + 8
+
+
+def test_default_push_per_arch_transport_and_mode():
+    from launch.cache import default_push, push_for
+    assert default_push("sm_90a", "unicast", "rs") == "tma"
+    assert default_push("sm_90a", "unicast", "ar") == "tma_all"
+    assert default_push("sm_90a", "multicast", "ar") == "lsu"
+    assert default_push("sm_100a", "unicast", "ar") == "lsu"
+    # an AR op's gemm_only / an RS call must not compile a second, identical kernel
+    assert push_for("tma_all", "gemm") == "tma" and push_for("tma_all", "rs") == "tma"
+    assert push_for("tma_all", "ar") == "tma_all" and push_for("lsu", "ar") == "lsu"
