@@ -17,7 +17,7 @@ def test_measured_points_and_interpolation_between_them():
     assert heuristics.fused_wins("rs", 3000, 7168, 1024, 2)
     # measured losses stay unfused: long K at large M, and RS at M=128 with K >= 4096
     assert not heuristics.fused_wins("rs", 16384, 7168, 9216, 2)
-    assert not heuristics.fused_wins("ar", 8192, 8192, 9216, 2)
+    assert not heuristics.fused_wins("ar", 16384, 8192, 9216, 2)
     assert not heuristics.fused_wins("rs", 128, 7168, 4096, 2)
 
 
