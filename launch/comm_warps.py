@@ -96,16 +96,21 @@ class CommWarps:
                     tn = within // rows
                     t = (b * band + (within - tn * rows)) * tiles_n + tn
         else:
-            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation)
+            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bit 2 peers first)
             part = lane // chunk
             j = lane - part * chunk
-            if (lag >> Int32(1)) != Int32(0):
+            chunk_no = rnd  # which chunk of its list a lane works on
+            if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
                 part = (part + rnd) % Int32(self.world)
+            if ((lag >> Int32(2)) & Int32(1)) != Int32(0):
+                part = rnd % Int32(self.world)
+                j = lane
+                chunk_no = rnd // Int32(self.world)
             o = rank
-            k = rnd - (lag & Int32(1))
+            k = chunk_no - (lag & Int32(1))
             if part < Int32(self.world - 1):
                 o = (rank + Int32(1) + part) % Int32(self.world)
-                k = rnd
+                k = chunk_no
             start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
             end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
             idx = k * chunk + j

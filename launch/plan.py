@@ -32,6 +32,14 @@ whose even tile is in L_o, which keeps every list contiguous. A pair may hold ti
 owners, so its odd tile's owner computes it in the round its peers do, not ``lag`` rounds
 later: the pair schedule therefore runs with lag 0, where every rank handles a tile in the
 same round and a wait still only depends on peers' work of the same round.
+
+Peers first (``peers_first``; 1-CTA, off by default)
+Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
+L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
+lanes. At small M, where one round of the schedule above computes, then pushes, then
+reduces with nothing to overlap the push, this computes the tiles peers own first and pushes
+them while the own tiles compute. A peer pushes r's chunk k in a round before r reduces it,
+so a wait still depends only on peers' earlier work.
 """
 from __future__ import annotations
 
@@ -86,11 +94,13 @@ class TilePlan:
     cluster_mn: tuple[int, int] = (1, 1)
     cta_group: int = 1
     rotate: bool = False
+    peers_first: bool = False
 
     @property
     def sched_word(self) -> int:
-        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation."""
-        return self.lag | (int(self.rotate) << 1)
+        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation, bit 2 peers
+        first."""
+        return self.lag | (int(self.rotate) << 1) | (int(self.peers_first) << 2)
 
     @property
     def pairs_m(self) -> int:
@@ -156,6 +166,8 @@ class TilePlan:
         part, j = divmod(lane, self.chunk)
         if self.rotate:
             part = (part + rnd) % self.world
+        if self.peers_first:
+            (rnd, part), j = divmod(rnd, self.world), lane
         if part < self.world - 1:
             o, k = (rank + 1 + part) % self.world, rnd
         else:
@@ -216,13 +228,16 @@ def band_swizzle(i: int, tiles_m: int, tiles_n: int, band: int) -> int:
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
-              lag: int | None = None, rotate: bool = False) -> TilePlan:
+              lag: int | None = None, rotate: bool = False,
+              peers_first: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
     ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments). ``rotate``: lanes
-    change part every round (1-CTA fused schedules), so every SM takes turns pushing."""
+    change part every round (1-CTA fused schedules), so every SM takes turns pushing.
+    ``peers_first``: every lane computes peers' tiles, then its own (see the module
+    docstring; 1-CTA fused schedules, lag 0, no rotation)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if arch in BLACKWELL:
@@ -234,6 +249,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group == 2:
+        if peers_first:
+            raise ValueError("peers_first is a 1-CTA schedule; the pair schedule has no such order")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
         return _make_pair_plan(M, N, K, world, slots, mode, bn)
     tiles_m = ceil_div(M, BM)
@@ -247,6 +264,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
     longest = max(base.list_len(o) for o in range(world))
+    if peers_first:
+        if rotate or lag == 1:
+            raise ValueError("peers_first runs with lag 0 and without rotation")
+        chunk = max(1, min(sm_count, longest))
+        return replace(base, grid=chunk, chunk=chunk, rounds=world * ceil_div(longest, chunk),
+                       peers_first=True)
     chunk = max(1, min(sm_count // world, longest))
     chunks = ceil_div(longest, chunk)
     if lag is None:

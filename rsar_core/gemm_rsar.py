@@ -85,10 +85,12 @@ class GemmRsAr:
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan, 0 or 1 the
-        # 1-CTA schedule's lag; None lets the plan choose.
+        # 1-CTA schedule's lag; None lets the plan choose. ``force_rotate`` /
+        # ``force_peers_first``: the 1-CTA schedule's part rotation / peers-first order.
         self.force_cta_group: int | None = None
         self.force_lag: int | None = None
         self.force_rotate = False
+        self.force_peers_first = False
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -142,7 +144,7 @@ class GemmRsAr:
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
-                         rotate=self.force_rotate)
+                         rotate=self.force_rotate, peers_first=self.force_peers_first)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -178,7 +180,8 @@ class GemmRsAr:
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
-        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate, push)
+        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate,
+               self.force_peers_first, push)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:

@@ -52,8 +52,9 @@ def parse() -> argparse.Namespace:
                         "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
     p.add_argument("--plan-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
-                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, and the 1-CTA plan "
-                        "without lag, as rs_c1l0 / ar_c1l0")
+                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, the 1-CTA plan "
+                        "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
+                        "ar_rot) and in the peers-first order (rs_pf / ar_pf)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -198,6 +199,9 @@ class Bench:
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
             cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
             cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
+            for m in ("rs", "ar"):
+                cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                           peers_first=True), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -262,17 +266,20 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu"):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation; how
-    partials are pushed) for the call."""
+def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu",
+            peers_first: bool = False):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation or the
+    peers-first order; how partials are pushed) for the call."""
     def call(x, w):
         default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
+        op.force_peers_first = peers_first
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = None
-            op.force_rotate, op.push = False, default
+            op.force_rotate = op.force_peers_first = False
+            op.push = default
     return call
 
 
@@ -328,7 +335,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
     forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
                           "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
-                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall") if any(c in r["us"] for r in rows)]
+                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall", "rs_pf",
+                          "ar_pf") if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

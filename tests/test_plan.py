@@ -264,3 +264,38 @@ def test_rotated_parts_keep_coverage_and_no_wait_cycle(mode):
             for lane in range(p.grid):
                 parts = {(lane // p.chunk + r) % world for r in range(p.rounds)}
                 assert any(q < world - 1 for q in parts)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_peers_first_covers_every_tile_and_waits_only_on_earlier_rounds(mode):
+    for world, M in itertools.product(WORLDS, (1, 129, 300, 1000, 4095, 8192)):
+        p = make_plan(M, 7168, 1024, world, 132, mode, peers_first=True)
+        assert p.peers_first and p.lag == 0 and p.sched_word == 4
+        assert p.grid == p.chunk <= 132
+        longest = max(p.list_len(o) for o in range(world))
+        assert p.rounds == world * -(-longest // p.chunk)
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+        # strictly earlier: a peer pushes an own tile in a round before its owner reduces it
+        rounds = [_rounds_by_tile(p, r) for r in range(world)]
+        for r in range(world):
+            for t, rr in rounds[r].items():
+                if p.tile_owners(t) == [r]:
+                    assert all(rounds[q][t] < rr for q in range(world) if q != r), (p, r, t)
+                    assert rr % world == world - 1
+        # round 0: every lane that has work computes a tile of the next peer's list
+        for rank in range(world):
+            firsts = [t for t in (p.scheduled(rank, c, 0) for c in range(p.grid)) if t >= 0]
+            assert len(firsts) == min(p.chunk, p.list_len((rank + 1) % world))
+            assert all(p.tile_owners(t) != [rank] for t in firsts)
+
+
+def test_peers_first_refuses_what_it_cannot_combine():
+    with pytest.raises(ValueError, match="rotation"):
+        make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, rotate=True)
+    with pytest.raises(ValueError, match="lag 0"):
+        make_plan(1000, 7168, 1024, 2, 132, "ar", peers_first=True, lag=1)
+    with pytest.raises(ValueError, match="1-CTA"):
+        make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, cta_group=2)
+    g = make_plan(1000, 7168, 1024, 2, 132, "gemm", peers_first=True)  # no exchange to order
+    assert not g.peers_first and g == make_plan(1000, 7168, 1024, 2, 132, "gemm")
