@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, ceil_div, max_recv_slots
+from .plan import BM, TILE_NS, ceil_div, max_recv_slots
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -47,14 +47,14 @@ class WorkspaceLayout:
 
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
-        max_tiles = ceil_div(max_M, BM) * (N // 128)  # BN=128 gives the most tiles
+        max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
         off = _up(CTRL_DONE + 4 * MAX_WORLD)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)
         result_off = off
         off = _up(off + 4 * max_tiles)
         rows_bytes = ceil_div(max_M, BM) * BM * N * 2  # every tile of the largest call
-        region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in (128, 256))
+        region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in TILE_NS)
         recv_off = part_off = 0
         if transport == "unicast":
             recv_off = off

@@ -49,6 +49,9 @@ BM = 128
 BK = 64
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
+# Tile widths a kernel may run: sm90 64 / 128 / 256 (64 only when a plan asks for it), sm100
+# 128 / 256. Workspaces are sized for every one of them.
+TILE_NS = (64, 128, 256)
 # Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
 BLACKWELL = ("sm_100a", "sm_103a")
 
@@ -245,6 +248,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     else:
         bn0, cg0 = choose_bn(M, N, sm_count), 1
     bn = bn0 if bn is None else bn
+    if bn not in TILE_NS or N % bn:
+        raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")
     cta_group = cg0 if cta_group is None else cta_group
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")

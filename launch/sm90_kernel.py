@@ -43,7 +43,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import CommWarps
-from .plan import BK, BM, EPI_N
+from .plan import BK, BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -66,8 +66,8 @@ class Sm90FusedKernel(CommWarps):
         tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
         "tma_all": AR's reduced tiles too."""
-        if bn not in (128, 256):
-            raise ValueError(f"BN must be 128 or 256, got {bn}")
+        if bn not in TILE_NS:
+            raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):

@@ -91,6 +91,7 @@ class GemmRsAr:
         self.force_lag: int | None = None
         self.force_rotate = False
         self.force_peers_first = False
+        self.force_bn: int | None = None  # the tile width (sm90: 64, 128 or 256)
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -142,7 +143,8 @@ class GemmRsAr:
         # Only plans that can pick 2x1 clusters need the occupancy query (a small compile).
         pairs = self.arch in BLACKWELL or self.force_cta_group == 2
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
-                         arch=self.arch, pair_ctas=self.pair_ctas if pairs else None,
+                         arch=self.arch, bn=self.force_bn,
+                         pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
                          rotate=self.force_rotate, peers_first=self.force_peers_first)
 
@@ -181,7 +183,7 @@ class GemmRsAr:
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate,
-               self.force_peers_first, push)
+               self.force_peers_first, self.force_bn, push)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:

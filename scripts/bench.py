@@ -54,7 +54,8 @@ def parse() -> argparse.Namespace:
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
                         "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, the 1-CTA plan "
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
-                        "ar_rot) and in the peers-first order (rs_pf / ar_pf)")
+                        "ar_rot), in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
+                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -202,6 +203,9 @@ class Bench:
             for m in ("rs", "ar"):
                 cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                            peers_first=True), sets)
+                cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
+                cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                             peers_first=True, bn=64), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip:
                 continue
@@ -267,17 +271,17 @@ class Bench:
 
 
 def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push: str = "lsu",
-            peers_first: bool = False):
+            peers_first: bool = False, bn: int | None = None):
     """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation or the
-    peers-first order; how partials are pushed) for the call."""
+    peers-first order; the tile width; how partials are pushed) for the call."""
     def call(x, w):
         default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
-        op.force_peers_first = peers_first
+        op.force_peers_first, op.force_bn = peers_first, bn
         try:
             return fn(x, w)
         finally:
-            op.force_cta_group = op.force_lag = None
+            op.force_cta_group = op.force_lag = op.force_bn = None
             op.force_rotate = op.force_peers_first = False
             op.push = default
     return call
@@ -336,7 +340,8 @@ def markdown(rows: list[dict]) -> str:
     forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
                           "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
                           "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall", "rs_pf",
-                          "ar_pf") if any(c in r["us"] for r in rows)]
+                          "ar_pf", "rs_bn64", "ar_bn64", "rs_pf64", "ar_pf64")
+              if any(c in r["us"] for r in rows)]
     if any(c.endswith("_c2") for c in forced):
         lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

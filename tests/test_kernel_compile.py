@@ -24,6 +24,10 @@ VARIANTS = [
     Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma"),
     Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma"),
     Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all"),
+    # 64-wide tiles (small M: twice the tiles to spread over the SMs)
+    Variant("sm_90a", 64, 2, "rs", "unicast", push="tma"),
+    Variant("sm_90a", 64, 4, "ar", "unicast", push="tma_all"),
+    Variant("sm_90a", 64, 2, "gemm", "unicast"),
 ]
 
 
@@ -87,3 +91,9 @@ def test_default_push_per_arch_transport_and_mode():
     # an AR op's gemm_only / an RS call must not compile a second, identical kernel
     assert push_for("tma_all", "gemm") == "tma" and push_for("tma_all", "rs") == "tma"
     assert push_for("tma_all", "ar") == "tma_all" and push_for("lsu", "ar") == "lsu"
+
+
+@pytest.mark.parametrize("bn", [64, 128, 256])
+def test_wgmma_width_follows_the_tile(ptx_of, bn):
+    ptx = ptx_of(Variant("sm_90a", bn, 2, "rs", "unicast", push="tma"))
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in ptx

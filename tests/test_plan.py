@@ -299,3 +299,26 @@ def test_peers_first_refuses_what_it_cannot_combine():
         make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, cta_group=2)
     g = make_plan(1000, 7168, 1024, 2, 132, "gemm", peers_first=True)  # no exchange to order
     assert not g.peers_first and g == make_plan(1000, 7168, 1024, 2, 132, "gemm")
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+@pytest.mark.parametrize("peers_first", [False, True])
+def test_narrow_tiles_keep_coverage_and_no_wait_cycle(mode, peers_first):
+    from launch.layout import WorkspaceLayout
+    for world, M in itertools.product(WORLDS, (1, 129, 300, 1000, 4095)):
+        p = make_plan(M, 7168, 1024, world, 132, mode, bn=64, peers_first=peers_first)
+        assert p.bn == 64 and p.tiles_n == 112
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+        _assert_no_wait_cycle(p)
+        lay = WorkspaceLayout.build(4096, 7168, world)
+        assert p.num_tiles <= lay.max_tiles
+        slots = max(p.recv_slot(o, t) for t in range(p.num_tiles) for o in p.tile_owners(t))
+        assert (slots + 1) * p.tile_bytes <= lay.recv_region_bytes
+
+
+def test_tile_width_must_be_known_and_divide_n():
+    with pytest.raises(ValueError, match="BN"):
+        make_plan(256, 7168, 1024, 2, 132, "rs", bn=32)
+    with pytest.raises(ValueError, match="BN"):
+        make_plan(256, 384, 1024, 2, 132, "rs", bn=256)

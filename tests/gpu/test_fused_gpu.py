@@ -75,31 +75,32 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
-@pytest.mark.parametrize("cta_group,rotate,push,peers_first", [
-    (1, False, "lsu", False), (2, False, "lsu", False), (1, True, "lsu", False),
-    (1, False, "tma", False), (2, False, "tma", False), (1, False, "tma_all", False),
-    (1, False, "tma_all", True), (1, False, "lsu", True)],
-    ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall", "c1pf", "c1pflsu"])
+@pytest.mark.parametrize("cta_group,rotate,push,peers_first,bn", [
+    (1, False, "lsu", False, None), (2, False, "lsu", False, None), (1, True, "lsu", False, None),
+    (1, False, "tma", False, None), (2, False, "tma", False, None),
+    (1, False, "tma_all", False, None), (1, False, "tma_all", True, None),
+    (1, False, "lsu", True, None), (1, False, "tma_all", True, 64), (1, False, "lsu", False, 64)],
+    ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall", "c1pf", "c1pflsu", "c1pf64", "c1bn64"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
-def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_first):
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_first, bn):
     """Every plan and push path on every shape class (odd tile rows leave a padding tile in
     2x1 clusters; rotated parts; the peers-first order; bulk-copy pushes of owners' row
     ranges), whichever one the defaults pick."""
     op = get_op(comm, N, ar)
     default = op.push
     op.force_cta_group, op.force_rotate, op.push = cta_group, rotate, push
-    op.force_peers_first = peers_first
+    op.force_peers_first, op.force_bn = peers_first, bn
     try:
         p = op.plan(M, K)
         assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
-        assert p.peers_first == peers_first
+        assert p.peers_first == peers_first and (bn is None or p.bn == bn)
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
         op.force_cta_group, op.force_rotate, op.push = None, False, default
-        op.force_peers_first = False
+        op.force_peers_first, op.force_bn = False, None
 
 
 @pytest.mark.parametrize("push", ["lsu", "tma"])
