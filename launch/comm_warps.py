@@ -4,7 +4,7 @@ A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-t
 shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
 order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
-(and ``cta_group``, ``tma_push``, ``bulk_results``, default 1 / False). Everything here - the round
+(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, default 1 / False). Everything here - the round
 schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
 is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
 """
@@ -45,6 +45,8 @@ class CommWarps:
     # the own partial in its ring slot and sent to every peer's OUT as one bulk copy, instead
     # of 16-B thread stores per peer.
     bulk_results = False
+    # True: the peers-first schedule (``TilePlan.peers_first``)
+    peers_first = False
 
     @property
     def epi_pitch(self) -> int:
@@ -78,34 +80,38 @@ class CommWarps:
     def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
         round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``)."""
+        units_m = tiles_m  # rows of units: tile rows, or pair-tile rows
         num_units = num_tiles
         if cutlass.const_expr(self.cta_group == 2):
-            num_units = ((tiles_m + Int32(1)) // Int32(2)) * tiles_n
+            units_m = (tiles_m + Int32(1)) // Int32(2)
+            num_units = units_m * tiles_n
         t = Int32(-1)
         if cutlass.const_expr(self.mode == "gemm"):
             t = rnd * chunk + lane
             if t >= num_units:
                 t = Int32(-1)
-            if cutlass.const_expr(getattr(self, "band", 0) > 0 and self.cta_group == 1):
-                if t >= Int32(0):  # launch.plan.band_swizzle
+            if cutlass.const_expr(getattr(self, "band", 0) > 0):
+                if t >= Int32(0):  # launch.plan.band_swizzle over unit rows
                     band = Int32(self.band)
                     per_band = band * tiles_n
                     b = t // per_band
                     within = t - b * per_band
-                    rows = cutlass.min(band, tiles_m - b * band)
+                    rows = cutlass.min(band, units_m - b * band)
                     tn = within // rows
                     t = (b * band + (within - tn * rows)) * tiles_n + tn
         else:
-            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bit 2 peers first)
-            part = lane // chunk
-            j = lane - part * chunk
+            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation); the peers-first
+            # order is compiled in (its variants only) so the default ones stay as they are
             chunk_no = rnd  # which chunk of its list a lane works on
-            if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
-                part = (part + rnd) % Int32(self.world)
-            if ((lag >> Int32(2)) & Int32(1)) != Int32(0):
+            if cutlass.const_expr(self.peers_first):
                 part = rnd % Int32(self.world)
                 j = lane
                 chunk_no = rnd // Int32(self.world)
+            else:
+                part = lane // chunk
+                j = lane - part * chunk
+                if (lag >> Int32(1)) != Int32(0):
+                    part = (part + rnd) % Int32(self.world)
             o = rank
             k = chunk_no - (lag & Int32(1))
             if part < Int32(self.world - 1):

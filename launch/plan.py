@@ -101,9 +101,9 @@ class TilePlan:
 
     @property
     def sched_word(self) -> int:
-        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation, bit 2 peers
-        first."""
-        return self.lag | (int(self.rotate) << 1) | (int(self.peers_first) << 2)
+        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation (the
+        peers-first order is compiled into its kernel variants)."""
+        return self.lag | (int(self.rotate) << 1)
 
     @property
     def pairs_m(self) -> int:

@@ -58,14 +58,17 @@ class Sm90FusedKernel(CommWarps):
     launch argument."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
-                 epi_slots: int = 0, band: int = 0, push: str = "lsu") -> None:
+                 epi_slots: int = 0, band: int = 0, push: str = "lsu",
+                 peers_first: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
         benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
         tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
-        "tma_all": AR's reduced tiles too."""
+        "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
+        ``peers_first`` (compiled in; launching such a plan on another variant would mix
+        orders)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -78,6 +81,7 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
         self.tma_push = push in ("tma", "tma_all")
         self.bulk_results = push == "tma_all"
+        self.peers_first = bool(peers_first)
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
         self.multicast = transport == "multicast"

@@ -191,7 +191,8 @@ class GemmRsAr:
             plan = self.plan(M, K, mode)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group, *tune, push=push))
+                                   plan.cta_group, *tune, push=push,
+                                   peers_first=int(plan.peers_first)))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -28,6 +28,10 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma"),
     Variant("sm_90a", 64, 4, "ar", "unicast", push="tma_all"),
     Variant("sm_90a", 64, 2, "gemm", "unicast"),
+    # the peers-first schedule (compiled in), and 2x1 clusters walking bands of pair rows
+    Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1),
+    Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", 2, band=4, push="tma"),
 ]
 
 

@@ -103,17 +103,19 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_f
         op.force_peers_first, op.force_bn = False, None
 
 
+@pytest.mark.parametrize("band", [0, 4])
 @pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_gemm_only_forced_plan(comm, M, cta_group, push):
+def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
+    """Every tile once, in either unit order (band 4: bands of tile or pair-tile rows)."""
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
     default = op.push
     op.force_cta_group, op.push = cta_group, push
     try:
-        y = op.gemm_only(x, w)
+        y = op.gemm_only(x, w, band=band)
     finally:
         op.force_cta_group, op.push = None, default
     ref = (x.double() @ w.double().t())
