@@ -132,13 +132,14 @@ def test_schedule_spreads_pushes_over_rounds():
         assert max(busy) - min(busy) <= p.chunk // 2, per_round
 
 
-def test_simulated_exchange_sums_exactly():
+@pytest.mark.parametrize("bn", [None, 64])
+def test_simulated_exchange_sums_exactly(bn):
     """Run the push / reduce data movement of the unicast protocol on integers."""
     import random
     rng = random.Random(5)
     for mode, world, M in [("rs", 2, 300), ("rs", 4, 1000), ("rs", 8, 129), ("ar", 4, 700),
                            ("ar", 8, 1), ("rs", 16, 2048)]:
-        p = make_plan(M, 256, 64, world, 20, mode)
+        p = make_plan(M, 256, 64, world, 20, mode, bn=bn)
         part = {(r, g): rng.randint(-9, 9) for r in range(world) for g in range(p.padded_M)}
         recv = {}
         for src in range(world):
