@@ -189,12 +189,12 @@ class Bench:
         if self.args.plan_sweep:
             for cg in (1, 2):
                 cols[f"gemm_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"].gemm_only), sets)
+                cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"]), sets)
+                cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
             for band in (4, 8):  # 2x1 clusters walking bands of pair-tile rows (L2 reuse)
                 cols[f"gemm_c2_b{band}"] = (_forced(
                     ops["rs"], 2, None, lambda x, w, b=band: ops["rs"].gemm_only(x, w, band=b),
                     push=ops["rs"].push), sets)
-                cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"]), sets)
-                cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
@@ -341,8 +341,8 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
-    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_c2_b4", "gemm_c2_b8", "gemm_tma", "mm_rs", "rs_c1", "rs_c2",
-                          "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
+    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_c2_b4", "gemm_c2_b8", "gemm_tma",
+                          "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
                           "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall", "rs_pf",
                           "ar_pf", "rs_bn64", "ar_bn64", "rs_pf64", "ar_pf64")
               if any(c in r["us"] for r in rows)]
