@@ -96,22 +96,20 @@ class Sm90FusedKernel(CommWarps):
         # one while the communication warps still push it: with a 2-slot ring (BN=256, one
         # more mainloop stage) they waited on the link's bursts at every tile end, and RS /
         # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
-        # fourth mainloop stage (3 remain); BN=128 keeps 5.
+        # fourth mainloop stage (3 remain); BN=128 keeps 6 (5 with padded thread-store
+        # rows), BN=64 8.
         self.epi_slots = epi_slots or self.num_sub
         self.band = band
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2
+        epi_bytes = BM * self.epi_pitch * 2 * self.epi_slots
         # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, 1 KiB spare
-        self.ab_stage = min(8, (smem - 2048 - self.epi_bytes) // ab_bytes)
+        self.ab_stage = min(8, (smem - 2048 - epi_bytes) // ab_bytes)
         if self.ab_stage < 3:
             raise ValueError(f"{self.epi_slots} ring slots leave {self.ab_stage} mainloop stages "
                              f"at BN={bn}; at least 3 are needed")
         self.comm_bar = pipeline.NamedBarrier(barrier_id=2, num_threads=_COMM_THREADS)
-
-    @property
-    def epi_bytes(self) -> int:
-        return BM * self.epi_pitch * 2 * self.epi_slots
 
     # ------------------------------------------------------------------ host side
     def _layouts(self) -> None:
