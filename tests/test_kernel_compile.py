@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from launch.cache import KernelCache, Variant, compile_variant  # noqa: E402
+from launch.cache import KernelCache, Variant  # noqa: E402
 
 VARIANTS = [
     Variant("sm_90a", 256, 2, "rs", "unicast"),
@@ -33,17 +33,6 @@ VARIANTS = [
     Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
     Variant("sm_90a", 256, 2, "gemm", "unicast", 2, band=4, push="tma"),
 ]
-
-
-@pytest.fixture(scope="module")
-def ptx_of():
-    out = {}
-
-    def get(v: Variant) -> str:
-        if v not in out:
-            out[v] = compile_variant(v, keep_ptx=True).artifacts.PTX
-        return out[v]
-    return get
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from launch.cache import Variant, compile_variant, kernel_for  # noqa: E402
+from launch.cache import Variant, kernel_for  # noqa: E402
 
 VARIANTS = [Variant("sm_100a", bn, 2, mode, tr, cg)
             for mode, bn, cg, tr in itertools.product(("rs", "ar"), (128, 256), (1, 2),
@@ -29,17 +29,6 @@ if os.environ.get("RSAR_FULL_COMPILE") == "1":
     VARIANTS += [Variant("sm_100a", 128, w, mode, tr, cg)
                  for w, mode, tr, cg in itertools.product((8, 16), ("rs", "ar"),
                                                           ("unicast", "multicast"), (1, 2))]
-
-
-@pytest.fixture(scope="module")
-def ptx_of():
-    out = {}
-
-    def get(v: Variant) -> str:
-        if v not in out:
-            out[v] = compile_variant(v, keep_ptx=True).artifacts.PTX
-        return out[v]
-    return get
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
@@ -100,8 +89,7 @@ def test_variants_reject_what_their_kernel_lacks():
         kernel_for(Variant("sm_100a", 128, 2, "rs", "unicast", push="tma"))
 
 
-def test_b300_target_compiles_from_the_same_source():
+def test_b300_target_compiles_from_the_same_source(ptx_of):
     """10.3 GPUs (B300/GB300) get the sm100 source compiled for sm_103a."""
-    from launch.cache import compile_variant
-    ptx = compile_variant(Variant("sm_103a", 128, 2, "rs", "unicast", 1), keep_ptx=True).artifacts.PTX
+    ptx = ptx_of(Variant("sm_103a", 128, 2, "rs", "unicast", 1))
     assert ".target sm_103a" in ptx and "tcgen05.mma" in ptx
