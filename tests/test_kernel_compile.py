@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
+from ptx_checks import assert_protocol_ptx  # noqa: E402
 from launch.cache import KernelCache, Variant  # noqa: E402
 
 VARIANTS = [
@@ -44,16 +45,7 @@ def test_variant_ptx(ptx_of, v):
     # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
     assert ("multicast::cluster" in ptx) == (v.cta_group == 2)
     assert ("cp.async.bulk.global.shared" in ptx) == (v.push != "lsu" and v.mode != "gemm")
-    if v.mode == "gemm":
-        assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
-        return
-    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
-    if v.transport == "multicast":
-        assert "multimem.ld_reduce" in ptx
-        if v.mode == "ar":
-            assert "multimem.st" in ptx
-    else:
-        assert "multimem" not in ptx
+    assert_protocol_ptx(ptx, v)
 
 
 def test_cache_compiles_each_variant_once():

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("cutlass")
 
+from ptx_checks import assert_protocol_ptx  # noqa: E402
 from launch.cache import Variant, kernel_for  # noqa: E402
 
 VARIANTS = [Variant("sm_100a", bn, 2, mode, tr, cg)
@@ -42,18 +43,7 @@ def test_variant_ptx(ptx_of, v):
         assert "tcgen05.mma.cta_group::2" in ptx and "tcgen05.alloc.cta_group::2" in ptx
     else:
         assert "cta_group::2" not in ptx
-    if v.mode == "gemm":
-        assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
-        return
-    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
-    if v.transport == "multicast":
-        assert "multimem.ld_reduce" in ptx
-        if v.mode == "ar":
-            assert "multimem.st" in ptx
-        else:
-            assert "multimem.st" not in ptx
-    else:
-        assert "multimem" not in ptx
+    assert_protocol_ptx(ptx, v)
 
 
 def test_sm100_kernel_shares_the_protocol_code():

@@ -1,0 +1,22 @@
+"""PTX checks every kernel variant shares, whatever computed its tiles (wgmma or tcgen05)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def assert_protocol_ptx(ptx: str, v: Any) -> None:
+    """The exchange protocol is in ``v``'s PTX exactly when the variant communicates: system-
+    scope acquire/release stamps and timed waits; multimem loads-with-reduce (and, for AR
+    only, multimem stores) on the multicast transport, no multimem on unicast."""
+    if v.mode == "gemm":
+        assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
+        return
+    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+    if v.transport == "multicast":
+        assert "multimem.ld_reduce" in ptx
+        if v.mode == "ar":
+            assert "multimem.st" in ptx
+        else:
+            assert "multimem.st" not in ptx
+    else:
+        assert "multimem" not in ptx
