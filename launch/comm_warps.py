@@ -14,7 +14,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from . import layout, protocol, ptx
+from . import layout, protocol, ptx, trace
 from .plan import BM, EPI_N
 
 Int32 = cutlass.Int32
@@ -47,11 +47,19 @@ class CommWarps:
     bulk_results = False
     # True: the peers-first schedule (``TilePlan.peers_first``)
     peers_first = False
+    # True: record event times (``launch.trace``)
+    trace = False
 
     @property
     def epi_pitch(self) -> int:
         """Row pitch of the sub-tile ring, in elements."""
         return EPI_N if self.tma_push else EPI_PITCH
+
+    @cute.jit
+    def _mark(self, ws, cta, event: cutlass.Constexpr, pred=True):
+        if cutlass.const_expr(self.trace):
+            if pred:
+                trace.mark(ws, cta, event)
 
     # ------------------------------------------------------------------ schedule (mirrors launch.plan)
     @cute.jit
@@ -183,9 +191,11 @@ class CommWarps:
         epoch = Int32(0)
         if cutlass.const_expr(self.comm):
             epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
+            self._mark(ws, cta, trace.START, ctid == 0)
             if ctid == 0:
                 protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
             self.comm_bar.arrive_and_wait()
+            self._mark(ws, cta, trace.PEERS_DONE, ctid == 0)
         stamp = epoch + Int32(1)
         smem_base = sC_ptr.toint()
         rows_end = M
@@ -193,10 +203,12 @@ class CommWarps:
             rows_end = padded_M
         self_region = Int64(self.world - 1) * region_bytes
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
+        tiles_done = Int32(0)  # trace: tiles this CTA has finished
 
         for rnd in range(rounds):
             t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
             if t >= Int32(0):
+                first = (ctid == 0) & (tiles_done == Int32(0))
                 tm = t // tiles_n
                 tn = t - tm * tiles_n
                 m0 = tm * Int32(BM)
@@ -215,10 +227,14 @@ class CommWarps:
                             self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr,
                                                 rank, epoch, False)
                         self.comm_bar.arrive_and_wait()
+                        self._mark(ws, cta, trace.DIRECT_WAITED, first)
                 own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
 
                 for e in cutlass.range_constexpr(self.num_sub):
                     epi_pipe.consumer_wait(epi_state)
+                    if cutlass.const_expr(e == 0):
+                        self._mark(ws, cta, trace.FIRST_SUB, first)
+                        self._mark(ws, cta, trace.LAST_SUB, ctid == 0)
                     slot_smem = smem_base + epi_state.index * Int32(BM * self.epi_pitch * 2)
                     if cutlass.const_expr(self.comm and not self.multicast):
                         if direct:
@@ -241,6 +257,7 @@ class CommWarps:
 
                 if cutlass.const_expr(self.comm):
                     self.comm_bar.arrive_and_wait()
+                    self._mark(ws, cta, trace.FIRST_TILE_SENT, first)
                     if ctid == 0:
                         if cutlass.const_expr(self.tma_push):
                             # the bulk copies this thread issued have landed
@@ -258,12 +275,16 @@ class CommWarps:
                         if cutlass.const_expr(self.mode == "ar" and not self.multicast):
                             if direct:
                                 self._stamp_results(t, peer_tab, result_off, stamp, rank)
+                        self._mark(ws, cta, trace.FIRST_STAMPED, first)
+                        self._mark(ws, cta, trace.LAST_STAMPED)
                     if cutlass.const_expr(self.multicast):
                         if cls == Int32(_OWN):
                             self._deferred_reduce(ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab,
                                                   mc_base, out_addr, M, N, rank, local_M, padded_M,
                                                   arrive_off, result_off, recv_off, region_bytes,
                                                   part_off, out_off, stamp, epoch, timeout_ns, err_addr)
+                if cutlass.const_expr(self.trace):
+                    tiles_done = tiles_done + Int32(1)
 
         if cutlass.const_expr(self.mode == "rs"):
             # tiles shared with other owners: every push of this CTA is out, now sum own rows
@@ -278,10 +299,12 @@ class CommWarps:
                                               peer_tab, mc_base, out_addr, M, N, rank, local_M,
                                               padded_M, arrive_off, result_off, recv_off,
                                               region_bytes, part_off, out_off, stamp, epoch,
-                                              timeout_ns, err_addr)
+                                              timeout_ns, err_addr, cta)
+            self._mark(ws, cta, trace.DEFER_DONE, ctid == 0)
         if cutlass.const_expr(self.mode == "ar"):
             self._ar_copy_out(ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
                               out_addr, result_off, out_off, timeout_ns, err_addr)
+            self._mark(ws, cta, trace.COPY_DONE, ctid == 0)
 
     # ---- per sub-tile work of the 96 communication threads: each owns chunks
     #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued
@@ -490,13 +513,15 @@ class CommWarps:
     @cute.jit
     def _deferred_reduce(self, ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab, mc_base,
                          out_addr, M, N, rank, local_M, padded_M, arrive_off, result_off, recv_off,
-                         region_bytes, part_off, out_off, stamp, epoch, timeout_ns, err_addr):
+                         region_bytes, part_off, out_off, stamp, epoch, timeout_ns, err_addr,
+                         cta=Int32(0)):
         """Own rows of tile t from the workspace: parked own partial (unicast) or every rank's
         partial through the multicast mapping."""
         if ctid == 0:
             self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
                                 self.multicast)
         self.comm_bar.arrive_and_wait()
+        self._mark(ws, cta, trace.DEFER_WAITED, ctid == 0)
         own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
         rows_end = M
         if cutlass.const_expr(self.mode == "rs"):
@@ -536,6 +561,7 @@ class CommWarps:
                                         timeout_ns, err_addr, ws, rank, j_tile, owner, epoch,
                                         Int32(protocol.KIND_RESULT))
                 self.comm_bar.arrive_and_wait()
+                self._mark(ws, cta, trace.COPY_WAITED, ctid == 0)
                 tm = j_tile // tiles_n
                 tn = j_tile - tm * tiles_n
                 base = ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)

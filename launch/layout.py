@@ -1,6 +1,7 @@
 """Byte layout of one symmetric workspace (identical on every rank).
 
     CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
+    TRACE   per-CTA event times of the last launch of a trace variant (``launch.trace``)
     ARRIVE  u32 stamps [tile][src]: src has delivered its partial of tile for epoch e (value e+1)
     RESULT  u32 stamps [tile]: the owner has broadcast the reduced tile (AR)
     RECV    (unicast) world regions of tile-contiguous bf16 partial slots: one per peer, and
@@ -24,6 +25,10 @@ CTRL_ABORT = 8
 CTRL_DONE = 256  # + 4 * src
 MAX_WORLD = 16
 _ALIGN = 4096
+TRACE_OFF = 4096
+TRACE_EVENTS = 32    # u64 %globaltimer values per CTA
+TRACE_CTAS = 256
+TRACE_BYTES = TRACE_CTAS * TRACE_EVENTS * 8
 
 
 def _up(x: int, a: int = _ALIGN) -> int:
@@ -48,7 +53,7 @@ class WorkspaceLayout:
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
         max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
-        off = _up(CTRL_DONE + 4 * MAX_WORLD)
+        off = _up(TRACE_OFF + TRACE_BYTES)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)
         result_off = off

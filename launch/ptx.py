@@ -222,3 +222,9 @@ def fence_proxy_async_global(*, loc=None, ip=None) -> None:
     """Orders the async proxy's (bulk copies') global writes with this thread's later
     generic-proxy operations - the release of the arrival stamp."""
     _asm(None, [], "fence.proxy.async.global;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def st_u64_relaxed_gpu(addr, val, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int64, loc, ip)],
+         "st.relaxed.gpu.global.u64 [$0], $1;", "l,l,~{memory}", loc, ip)

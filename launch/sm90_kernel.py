@@ -40,7 +40,7 @@ import cutlass.tensor_utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from . import layout, protocol, ptx
+from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import CommWarps
 from .plan import BK, BM, EPI_N, TILE_NS
@@ -59,7 +59,7 @@ class Sm90FusedKernel(CommWarps):
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, band: int = 0, push: str = "lsu",
-                 peers_first: int = 0) -> None:
+                 peers_first: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
@@ -68,7 +68,7 @@ class Sm90FusedKernel(CommWarps):
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
         "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
         ``peers_first`` (compiled in; launching such a plan on another variant would mix
-        orders)."""
+        orders). ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -82,6 +82,7 @@ class Sm90FusedKernel(CommWarps):
         self.tma_push = push in ("tma", "tma_all")
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
+        self.trace = bool(trace)
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
         self.multicast = transport == "multicast"
@@ -283,13 +284,15 @@ class Sm90FusedKernel(CommWarps):
             cute.arch.setmaxregister_increase(self.mma_regs)
             self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
                            rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
-                           epi_pipe)
+                           epi_pipe, ws, cta)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
+            self._mark(ws, cta, trace.EXIT_BARRIER, tidx == 0)
             if tidx == 0:
                 epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
                 protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank, True)
+            self._mark(ws, cta, trace.EXIT, tidx == 0)
 
     # ------------------------------------------------------------------ MMA warp groups
     @cute.jit
@@ -309,7 +312,7 @@ class Sm90FusedKernel(CommWarps):
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
-                  epi_pipe):
+                  epi_pipe, ws, cta):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -331,16 +334,19 @@ class Sm90FusedKernel(CommWarps):
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
+        tiles_done = Int32(0)  # trace: tiles this CTA has finished
         for rnd in range(rounds):
             u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
                                      local_M)
             if u >= Int32(0):
+                first = (mtid == 0) & (tiles_done == Int32(0))
                 read_state.reset_count()
                 rel_state.reset_count()
                 acc.fill(0.0)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.fence()
                 ab_pipe.consumer_wait(read_state)
+                self._mark(ws, cta, trace.MMA_FIRST_K, first)
                 for kb in cutlass.range_constexpr(num_k_blocks):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
                               tCrB[(None, None, kb, read_state.index)], acc)
@@ -359,6 +365,7 @@ class Sm90FusedKernel(CommWarps):
                 cute.nvgpu.warpgroup.wait_group(0)
                 ab_pipe.consumer_release(rel_state)
                 rel_state.advance()
+                self._mark(ws, cta, trace.MMA_ACC_DONE, first)
 
                 _, _, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 if real:
@@ -373,3 +380,6 @@ class Sm90FusedKernel(CommWarps):
                             cute.arch.fence_proxy("async.shared", space="cta")
                         epi_pipe.producer_commit(epi_state)
                         epi_state.advance()
+                    self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
+                if cutlass.const_expr(self.trace):
+                    tiles_done = tiles_done + Int32(1)

@@ -92,6 +92,8 @@ class GemmRsAr:
         self.force_rotate = False
         self.force_peers_first = False
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128 or 256)
+        # sm90: launch variants that record per-CTA event times (``read_trace``)
+        self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -182,8 +184,9 @@ class GemmRsAr:
     def _plan_and_kernel(self, M: int, K: int, mode: str,
                          tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
+        trace = int(self.trace and self.arch == "sm_90a")
         key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate,
-               self.force_peers_first, self.force_bn, push)
+               self.force_peers_first, self.force_bn, push, trace)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -192,7 +195,7 @@ class GemmRsAr:
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, *tune, push=push,
-                                   peers_first=int(plan.peers_first)))
+                                   peers_first=int(plan.peers_first), trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,
@@ -222,6 +225,30 @@ class GemmRsAr:
            self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.sched_word, plan.grid,
            self.timeout_ns, lay.arrive_off, lay.result_off, lay.recv_off,
            lay.recv_region_bytes, lay.part_off, lay.out_off, stream.cuda_stream)
+
+    # ------------------------------------------------------------------ profiling
+    def clear_trace(self) -> None:
+        """Zero the event-time region; the next traced launch fills what it reaches."""
+        from launch.layout import TRACE_BYTES, TRACE_OFF
+        import cuda.bindings.driver as cuda
+        torch.cuda.synchronize(self.device)
+        (err,) = cuda.cuMemsetD8(self._ws.mem.local_ptr + TRACE_OFF, 0, TRACE_BYTES)
+        if err != cuda.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemsetD8 of the trace region failed: {err}")
+        torch.cuda.synchronize(self.device)  # the memset ran on the legacy stream
+
+    def read_trace(self, M: int, K: int, mode: str | None = None) -> dict[str, list[int | None]]:
+        """Event times (ns from the first CTA's start, per CTA; ``launch.trace``) of the last
+        launch, made with ``trace = True`` after ``clear_trace()``, of the (M, K) plan."""
+        from launch import trace
+        from launch.layout import TRACE_BYTES, TRACE_OFF
+        import cuda.bindings.driver as cuda
+        torch.cuda.synchronize(self.device)
+        buf = bytearray(TRACE_BYTES)
+        (err,) = cuda.cuMemcpyDtoH(buf, self._ws.mem.local_ptr + TRACE_OFF, TRACE_BYTES)
+        if err != cuda.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemcpyDtoH of the trace region failed: {err}")
+        return trace.decode(bytes(buf), self.plan(M, K, mode).grid)
 
     # ------------------------------------------------------------------ errors, teardown
     def check(self) -> None:

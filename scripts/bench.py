@@ -47,6 +47,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--skip", default="", help="comma list of columns not to time")
+    p.add_argument("--only", default="", help="comma list of the only columns to time")
     p.add_argument("--gemm-sweep", action="store_true",
                    help="also time the GEMM alone under the sm90 tuning knobs "
                         "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
@@ -77,6 +78,7 @@ class Bench:
         self.group = dist.group.WORLD
         self.args = args
         self.skip = set(filter(None, args.skip.split(",")))
+        self.only = set(filter(None, args.only.split(",")))
 
     # ---------------------------------------------------------------- timing
     def time(self, fn, sets: list, iters: int, warmup: int, queued: bool = True) -> float:
@@ -211,7 +213,7 @@ class Bench:
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)
         for name, (fn, s) in cols.items():
-            if name in self.skip:
+            if name in self.skip or (self.only and name not in self.only):
                 continue
             try:
                 t[name] = self.time(fn, s, it, wu, queued=name not in HOST_SYNCED)
@@ -220,7 +222,7 @@ class Bench:
                     print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
                           file=sys.stderr)
         for name in ("rsar_rs", "mm_rs"):
-            if name in cols and name not in self.skip:
+            if name in t:
                 t[name + "_host"] = self.host_time(cols[name][0], cols[name][1])
         for op in ops.values():
             op.check()

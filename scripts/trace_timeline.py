@@ -1,0 +1,98 @@
+"""Where a fused call spends its time: per-CTA event times from a traced launch.
+
+    mpirun -n 2 python3 scripts/trace_timeline.py --N 7168 --K 1024 --M 128 512 --mode rs ar
+
+For each shape and mode it warms up, times the default kernel, then launches the same plan
+compiled with ``trace=1`` (``launch.trace``: one store of %globaltimer per event and CTA)
+and prints, per rank, each event's time since the first CTA started (min / median / max
+over the CTAs that reached it, in us). ``--json`` keeps the raw per-CTA times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _summary(ev: dict[str, list[int | None]]) -> dict[str, tuple[float, float, float, int]]:
+    out = {}
+    for name, per_cta in ev.items():
+        vals = [v / 1e3 for v in per_cta if v is not None]
+        if vals:
+            out[name] = (min(vals), statistics.median(vals), max(vals), len(vals))
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--N", type=int, default=7168)
+    p.add_argument("--K", type=int, nargs="+", default=[1024])
+    p.add_argument("--M", type=int, nargs="+", default=[128, 512, 2048])
+    p.add_argument("--mode", nargs="+", default=["rs", "ar"], choices=["rs", "ar"])
+    p.add_argument("--bn", type=int, default=None, help="force the tile width")
+    p.add_argument("--peers-first", action="store_true")
+    p.add_argument("--json", dest="json_path")
+    a = p.parse_args()
+
+    from mpi4py import MPI
+    import torch
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    from rsar_core import GemmRsAr
+    rows = []
+    for mode in a.mode:
+        op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
+        op.force_bn, op.force_peers_first = a.bn, a.peers_first
+        for K in a.K:
+            for M in a.M:
+                g = torch.Generator(device="cuda").manual_seed(7 + rank)
+                x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+                w = torch.randn(a.N, K, device="cuda", generator=g).to(torch.bfloat16)
+                for _ in range(5):
+                    op(x, w)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                comm.Barrier()
+                start.record()
+                for _ in range(50):
+                    op(x, w)
+                end.record()
+                end.synchronize()
+                plain_us = start.elapsed_time(end) * 1e3 / 50
+                op.trace = True
+                for _ in range(3):
+                    op(x, w)
+                op.clear_trace()
+                comm.Barrier()
+                op(x, w)
+                ev = op.read_trace(M, K)
+                op.trace = False
+                op.check()
+                plan = op.plan(M, K)
+                everyone = comm.gather(dict(rank=rank, events=ev), root=0)
+                if rank == 0:
+                    print(f"\n{mode} M={M} N={a.N} K={K}: {plain_us:.1f} us untraced; plan BN={plan.bn} "
+                          f"grid={plan.grid} rounds={plan.rounds} tiles={plan.num_tiles}")
+                    sums = [_summary(r["events"]) for r in everyone]
+                    names = [n for n in ev if any(n in s for s in sums)]
+                    head = "".join(f" | rank {r['rank']} min / med / max (n)" for r in everyone)
+                    print(f"  {'event':16s}{head}")
+                    for n in names:
+                        cells = "".join(
+                            f" | {s[n][0]:6.2f} {s[n][1]:6.2f} {s[n][2]:6.2f} ({s[n][3]:3d})" if n in s
+                            else " |" + " " * 29 for s in sums)
+                        print(f"  {n:16s}{cells}")
+                    rows.append(dict(mode=mode, M=M, N=a.N, K=K, untraced_us=plain_us, bn=plan.bn,
+                                     grid=plan.grid, rounds=plan.rounds, ranks=everyone))
+        op.close()
+    if rank == 0 and a.json_path:
+        Path(a.json_path).write_text(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
