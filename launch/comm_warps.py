@@ -51,6 +51,15 @@ class CommWarps:
     trace = False
 
     @property
+    def defer_release(self) -> bool:
+        """Bulk-copy pushes leave the ring slots of a tile taken until every copy of the
+        tile has read its slot, so a tile's copies are all in flight at once (one wait per
+        tile, not per sub-tile: -2 us per tile at M=128, docs/PERF.md). Needs a ring that
+        holds the whole tile, or the MMA warps could not fill the next sub-tile."""
+        return (self.tma_push and self.comm and not self.multicast
+                and self.epi_slots >= self.num_sub)
+
+    @property
     def epi_pitch(self) -> int:
         """Row pitch of the sub-tile ring, in elements."""
         return EPI_N if self.tma_push else EPI_PITCH
@@ -203,6 +212,7 @@ class CommWarps:
             rows_end = padded_M
         self_region = Int64(self.world - 1) * region_bytes
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
+        rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         tiles_done = Int32(0)  # trace: tiles this CTA has finished
 
         for rnd in range(rounds):
@@ -252,11 +262,20 @@ class CommWarps:
                     else:
                         self._copy_sub(ctid, e, slot_smem, t, tn, m0, rows_end, ws, part_off,
                                        out_addr, N)
-                    epi_pipe.consumer_release(epi_state)
+                    if cutlass.const_expr(not self.defer_release):
+                        epi_pipe.consumer_release(rel_state)
+                        rel_state.advance()
                     epi_state.advance()
 
                 if cutlass.const_expr(self.comm):
+                    if cutlass.const_expr(self.defer_release):
+                        if ctid == 0:
+                            ptx.bulk_wait_read_all()
                     self.comm_bar.arrive_and_wait()
+                    if cutlass.const_expr(self.defer_release):
+                        for _e in cutlass.range_constexpr(self.num_sub):
+                            epi_pipe.consumer_release(rel_state)
+                            rel_state.advance()
                     self._mark(ws, cta, trace.FIRST_TILE_SENT, first)
                     if ctid == 0:
                         if cutlass.const_expr(self.tma_push):
@@ -373,7 +392,8 @@ class CommWarps:
                 self._bulk_rows(e, owner, Int32(0), rows, slot_smem, t, tm, tn, rank, local_M,
                                 tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
             ptx.bulk_commit()
-            ptx.bulk_wait_read_all()
+            if cutlass.const_expr(not self.defer_release):
+                ptx.bulk_wait_read_all()
 
     @cute.jit
     def _bulk_rows(self, e: cutlass.Constexpr, dest, r0, r1, slot_smem, t, tm, tn, rank, local_M,
@@ -446,7 +466,8 @@ class CommWarps:
                         ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
                                      rows * Int32(64))
                 ptx.bulk_commit()
-                ptx.bulk_wait_read_all()
+                if cutlass.const_expr(not self.defer_release):
+                    ptx.bulk_wait_read_all()
 
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):

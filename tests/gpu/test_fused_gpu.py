@@ -241,3 +241,32 @@ def test_timeout_names_rank_and_tile(comm):
         comm.Barrier()
     finally:
         op.close()
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("M", [128, 1000, 4096])
+def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
+    """A trace variant computes the same result, and each CTA's events follow the protocol:
+    start, first k-tile, accumulators, ring, stamps, exit."""
+    from launch import trace
+    op = get_op(comm, 7168, ar)
+    op.trace = True
+    try:
+        check(op, 900 + M, M, 1024)
+        op.clear_trace()
+        comm.Barrier()
+        check(op, 901 + M, M, 1024)
+        ev = op.read_trace(M, 1024)
+    finally:
+        op.trace = False
+    chains = (["start", "peers_done", "first_sub", "first_tile_sent", "first_stamped",
+               "exit_barrier", "exit"],                      # communication warps
+              ["mma_first_k", "mma_acc_done", "first_sub"])  # MMA warps, then the hand-over
+    worked = [c for c, t in enumerate(ev["mma_acc_done"]) if t is not None]
+    assert worked, "no CTA recorded a tile"
+    for c in worked:
+        for order in chains:
+            times = [ev[name][c] for name in order]
+            assert None not in times, f"CTA {c}: an event is missing: {dict(zip(order, times))}"
+            assert times == sorted(times), f"CTA {c}: out of order: {dict(zip(order, times))}"
+    assert len(ev["start"]) == op.plan(M, 1024).grid and trace.NAMES[trace.EXIT] == "exit"
