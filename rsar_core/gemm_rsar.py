@@ -90,7 +90,7 @@ class GemmRsAr:
         self.force_cta_group: int | None = None
         self.force_lag: int | None = None
         self.force_rotate = False
-        self.force_peers_first = False
+        self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128 or 256)
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False

@@ -55,7 +55,8 @@ def parse() -> argparse.Namespace:
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
                         "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, the 1-CTA plan "
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
-                        "ar_rot), in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
+                        "ar_rot), in the round order at choose_bn's width (rs_rnd / ar_rnd), "
+                        "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
@@ -207,6 +208,9 @@ class Bench:
             cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
             cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
             for m in ("rs", "ar"):
+                # the round order at the width choose_bn picks (the default beyond small M)
+                cols[f"{m}_rnd"] = (_forced(ops[m], None, None, ops[m], push=ops[m].push,
+                                            peers_first=False), sets)
                 cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                            peers_first=True), sets)
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
@@ -287,8 +291,8 @@ def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push:
         try:
             return fn(x, w)
         finally:
-            op.force_cta_group = op.force_lag = op.force_bn = None
-            op.force_rotate = op.force_peers_first = False
+            op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
+            op.force_rotate = False
             op.push = default
     return call
 

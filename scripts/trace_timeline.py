@@ -47,7 +47,7 @@ def main() -> int:
     rows = []
     for mode in a.mode:
         op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
-        op.force_bn, op.force_peers_first = a.bn, a.peers_first
+        op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)

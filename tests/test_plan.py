@@ -12,8 +12,9 @@ MS = [1, 2, 7, 127, 128, 129, 200, 255, 1000, 1023, 2048, 4095, 8191, 8192]
 
 
 def _plans(mode, Ns=(128, 384, 7168)):
+    """Round-order plans (the small-M choice of the peers-first order has its own tests)."""
     for world, M, N in itertools.product(WORLDS, MS, Ns):
-        yield make_plan(M, N, 1024, world, 132, mode)
+        yield make_plan(M, N, 1024, world, 132, mode, peers_first=False)
 
 
 def test_plan_is_pure_and_bounded():
@@ -28,9 +29,29 @@ def test_plan_is_pure_and_bounded():
 
 
 def test_bn_choice():
-    assert make_plan(128, 7168, 1024, 2, 132, "rs").bn == 128  # 28 tiles at BN=256: too few
+    rnd = dict(peers_first=False)
+    assert make_plan(128, 7168, 1024, 2, 132, "rs", **rnd).bn == 128  # 28 tiles at BN=256: too few
     assert make_plan(8192, 7168, 1024, 2, 132, "rs").bn == 256
     assert make_plan(8192, 384, 1024, 2, 132, "rs").bn == 128  # 384 % 256 != 0
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_small_m_choice(mode):
+    """sm90 fused plans at small M: 64-wide tiles peers-first for one tile row (and two at
+    K <= 1024), the peers-first order up to M=1024 at K <= 1024, else the round order."""
+    def pick(M, K, **kw):
+        p = make_plan(M, 7168, K, 2, 132, mode, **kw)
+        return p.bn, p.peers_first
+    assert pick(1, 4096) == pick(128, 9216) == (64, True)
+    assert pick(256, 1024) == (64, True) and pick(256, 4096) == (128, False)
+    assert pick(512, 1024) == (128, True) and pick(1024, 1024)[1]
+    assert pick(2048, 1024) == (256, False) and pick(512, 4096) == (128, False)
+    # anything forced keeps the old defaults for the rest
+    assert pick(128, 1024, bn=128) == (128, False)
+    assert pick(128, 1024, peers_first=False) == (128, False)
+    assert pick(128, 1024, lag=0)[1] is False and pick(128, 1024, rotate=True)[1] is False
+    assert not make_plan(128, 7168, 1024, 2, 132, "gemm").peers_first
+    assert not make_plan(128, 7168, 1024, 2, 132, mode, arch="sm_100a").peers_first
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -100,7 +100,7 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_f
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
     finally:
         op.force_cta_group, op.force_rotate, op.push = None, False, default
-        op.force_peers_first, op.force_bn = False, None
+        op.force_peers_first, op.force_bn = None, None
 
 
 @pytest.mark.parametrize("band", [0, 4])
