@@ -122,23 +122,40 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
     assert rel_error(y, ref) < TOL
 
 
-def test_back_to_back_random_M_bitwise(comm):
-    op = get_op(comm, 384, False)
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64"])
+def test_back_to_back_random_M_bitwise(comm, order, ar):
+    """2000 queued calls of random M (plans of every kind, one after another, no host sync
+    between them); now and then a recomputation must match bitwise."""
+    if ar and order != "default":
+        pytest.skip("the forced orders run RS only")
+    op = get_op(comm, 384, ar)
+    op.force_peers_first, op.force_bn = {"default": (None, None), "round": (False, None),
+                                         "pf": (True, None), "pf64": (True, 64)}[order]
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(1234)  # same on every rank: the op is collective
     K = 256
     checks = 0
-    for step in range(2000):
-        M = rng.randint(1, MAX_M)
-        x, w = rank_inputs(step, op.rank, M, op.N, K, dev)
-        y = op(x, w)
-        if rng.random() < 0.01:
-            again = op(x.clone(), w.clone())
-            torch.cuda.synchronize()
-            assert torch.equal(y, again), f"step {step} M={M}: recomputation differs"
-            checks += 1
-    torch.cuda.synchronize()
-    op.check()
+    recent: list = []
+    try:
+        for step in range(2000):
+            M = rng.randint(1, MAX_M)
+            p = op.plan(M, K)
+            recent = (recent + [(step, M, p.bn, p.peers_first, p.grid, p.rounds)])[-6:]
+            x, w = rank_inputs(step, op.rank, M, op.N, K, dev)
+            y = op(x, w)
+            if rng.random() < 0.01:
+                again = op(x.clone(), w.clone())
+                torch.cuda.synchronize()
+                assert torch.equal(y, again), f"step {step} M={M}: recomputation differs"
+                checks += 1
+        torch.cuda.synchronize()
+        op.check()
+    except RsarTimeoutError as e:
+        raise AssertionError(f"{e}; last calls (step, M, bn, peers_first, grid, rounds): "
+                             f"{recent}") from e
+    finally:
+        op.force_peers_first = op.force_bn = None
     assert checks > 5
 
 
