@@ -73,12 +73,12 @@ def wait_peers_done(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int
 @cute.jit
 def finish_launch(ws: Int64, peer_tab: Int64, epoch: Int32, num_ctas: Int32,
                   world: cutlass.Constexpr, rank: Int32, notify_peers: cutlass.Constexpr):
-    """Called by one thread per CTA after the CTA's last memory access (and a CTA barrier).
-    The last CTA to get here advances the epoch and tells every peer this rank is done with
-    the launch. No system fence per CTA: every remote write of the launch was already
-    released by a stamp, and the CTA's reads of its receive buffers are ordered before the
-    peers' next writes by the chain barrier -> acq_rel counter (gpu scope) -> the last
-    CTA's release store to the peer (it saved ~1 us at the end of every launch)."""
+    """Called by one thread per CTA after the CTA's last memory access. The last CTA to
+    get here advances the epoch and tells every peer this rank is done with the launch.
+    The system fence per CTA stays: without it (tried 2026-11-30) the end of a launch was
+    no faster in the trace, and one suite run hung on a stamp that never arrived, which a
+    stamp of the CTA still in flight at exit, overtaken by the next launch's, would explain."""
+    ptx.fence_sys()
     old = ptx.atom_add_acq_rel_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(1))
     if old == num_ctas - Int32(1):
         ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(0))
