@@ -76,15 +76,16 @@ def choose_bn(M: int, N: int, sm_count: int) -> int:
     return 128
 
 
-def choose_small_m(M: int, K: int) -> tuple[int | None, bool]:
+def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool]:
     """(BN or None for ``choose_bn``, peers-first) of a fused sm90 plan at small M, where
     one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
-    (docs/PERF.md, N=7168): one tile row (M <= 128) runs 64-wide tiles peers-first, 10-16%
-    faster than 128-wide ones in the round order (which leave half the SMs idle); at
-    K <= 1024 so do two tile rows (-9%), and up to M=1024 the peers-first order with the
-    usual width gains 1-10%. Beyond that, or with longer K, the round order wins (the
-    peers-first order then makes the own half wait on a long GEMM)."""
-    if M <= BM:
+    (docs/PERF.md, N 7168 and 8192): one tile row (M <= 128) runs 64-wide tiles
+    peers-first, 8-18% faster than 128-wide ones in the round order (which leave half the
+    SMs idle), except AR at K > 4096 (9% slower: its own half then waits on a long GEMM);
+    at K <= 1024 so do two tile rows (-5 to -10%), and up to M=1024 the peers-first order
+    at the usual width gains up to 10% (RS at M=1024 +-2%). Beyond that, or with longer
+    K, the round order wins."""
+    if M <= BM and not (mode == "ar" and K > 4096):
         return 64, True
     if K <= 1024 and M <= 2 * BM:
         return 64, True
@@ -268,7 +269,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     chosen = (peers_first is None and bn is None and cta_group is None and lag is None
               and not rotate and mode != "gemm" and arch not in BLACKWELL)
     if chosen:
-        small_bn, peers_first = choose_small_m(M, K)
+        small_bn, peers_first = choose_small_m(M, K, mode)
         bn0 = small_bn or bn0
     peers_first = bool(peers_first)
     bn = bn0 if bn is None else bn
