@@ -53,9 +53,10 @@ class CommWarps:
     @property
     def defer_release(self) -> bool:
         """Bulk-copy pushes leave the ring slots of a tile taken until every copy of the
-        tile has read its slot, so a tile's copies are all in flight at once (one wait per
-        tile, not per sub-tile: -2 us per tile at M=128, docs/PERF.md). Needs a ring that
-        holds the whole tile, or the MMA warps could not fill the next sub-tile."""
+        tile has read its slot, so all of a tile's copies are in flight at once (one wait
+        per tile, not one per sub-tile). Measured neutral to 3% faster (docs/PERF.md (c)):
+        the ~2 us a CTA needs to send a 128x128 tile is the link's, not the waits'. Needs a
+        ring that holds the whole tile, or the MMA warps could not fill the next sub-tile."""
         return (self.tma_push and self.comm and not self.multicast
                 and self.epi_slots >= self.num_sub)
 
