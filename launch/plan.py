@@ -79,12 +79,13 @@ def choose_bn(M: int, N: int, sm_count: int) -> int:
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool]:
     """(BN or None for ``choose_bn``, peers-first) of a fused sm90 plan at small M, where
     one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
-    (docs/PERF.md, N 7168 and 8192): one tile row (M <= 128) runs 64-wide tiles
-    peers-first, 8-18% faster than 128-wide ones in the round order (which leave half the
-    SMs idle), except AR at K > 4096 (9% slower: its own half then waits on a long GEMM);
-    at K <= 1024 so do two tile rows (-5 to -10%), and up to M=1024 the peers-first order
-    at the usual width gains up to 10% (RS at M=1024 +-2%). Beyond that, or with longer
-    K, the round order wins."""
+    (docs/PERF.md (c), N 7168 and 8192, against the round order at ``choose_bn``'s width):
+    one tile row (M <= 128) runs 64-wide tiles peers-first, RS 8-22% and AR 5-15% faster
+    (128-wide tiles leave half the SMs idle there), except AR at K > 4096 (8% slower: the
+    own half then waits on a long GEMM); at K <= 1024 two tile rows do the same (5-11%),
+    and up to M=1024 the peers-first order at the usual width gains -2..+11% (RS at
+    M=1024 is a wash). With longer K beyond one tile row the orders tie (+-1%), so the
+    round order stays."""
     if M <= BM and not (mode == "ar" and K > 4096):
         return 64, True
     if K <= 1024 and M <= 2 * BM:
