@@ -231,6 +231,7 @@ class GemmRsAr:
         """Zero the event-time region; the next traced launch fills what it reaches."""
         from launch.layout import TRACE_BYTES, TRACE_OFF
         import cuda.bindings.driver as cuda
+        self._require_open()
         torch.cuda.synchronize(self.device)
         (err,) = cuda.cuMemsetD8(self._ws.mem.local_ptr + TRACE_OFF, 0, TRACE_BYTES)
         if err != cuda.CUresult.CUDA_SUCCESS:
@@ -239,10 +240,12 @@ class GemmRsAr:
 
     def read_trace(self, M: int, K: int, mode: str | None = None) -> dict[str, list[int | None]]:
         """Event times (ns from the first CTA's start, per CTA; ``launch.trace``) of the last
-        launch, made with ``trace = True`` after ``clear_trace()``, of the (M, K) plan."""
+        launch, made with ``trace = True`` after ``clear_trace()``, of the (M, K) plan.
+        Only sm90 kernels record events; elsewhere every event reads None."""
         from launch import trace
         from launch.layout import TRACE_BYTES, TRACE_OFF
         import cuda.bindings.driver as cuda
+        self._require_open()
         torch.cuda.synchronize(self.device)
         buf = bytearray(TRACE_BYTES)
         (err,) = cuda.cuMemcpyDtoH(buf, self._ws.mem.local_ptr + TRACE_OFF, TRACE_BYTES)

@@ -1,13 +1,13 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), 2026-11-30 (c) (small-M plans of ``launch.plan.choose_small_m``), geometric mean over N in
-{7168, 8192} (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
-docs/perf/grid-2026-11-30c.json). A shape's speedup is
-interpolated bilinearly in (log2 M, log2 K) between the measured points around it (clamped to
-the measured range), and it runs fused only when that beats the run-to-run noise (3%). Other
-world sizes use this world-2 table until they are measured. Re-measure and update the table
-when the kernel or the machine changes.
+2x H200 (NV18), 2026-11-30 (c) (small-M plans of ``launch.plan.choose_small_m``), geometric
+mean over N in {7168, 8192} (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
+docs/perf/grid-2026-11-30c.json). A shape's speedup is interpolated bilinearly in (log2 M,
+log2 K) between the measured points around it (clamped to the measured range), and it runs
+fused only when that beats the run-to-run noise (3%). Other world sizes use this world-2
+table until they are measured. Re-measure and update the table when the kernel or the
+machine changes.
 """
 from __future__ import annotations
 
