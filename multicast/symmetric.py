@@ -397,6 +397,31 @@ class SymmetricMemory:
     def closed(self) -> bool:
         return self._closed
 
+    # ---- host access to this rank's bytes ------------------------------------------
+
+    def _local_range(self, offset: int, nbytes: int) -> int:
+        if self._closed or self._ctx is None:
+            raise RuntimeError("the symmetric memory is closed")
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"bytes [{offset}, {offset + nbytes}) are outside the "
+                             f"{self.nbytes}-byte allocation")
+        return self.local_ptr + offset
+
+    def zero_local(self, offset: int, nbytes: int) -> None:
+        """Zero ``nbytes`` of this rank's allocation from ``offset``; returns when done."""
+        ptr = self._local_range(offset, nbytes)
+        with self._ctx.scope():
+            self._drv.cuMemsetD8(ptr, 0, nbytes)
+            self._drv.cuCtxSynchronize()
+
+    def read_local(self, offset: int, nbytes: int) -> bytes:
+        """A host copy of ``nbytes`` of this rank's allocation from ``offset``."""
+        ptr = self._local_range(offset, nbytes)
+        buf = bytearray(nbytes)
+        with self._ctx.scope():
+            self._drv.cuMemcpyDtoH(buf, ptr, nbytes)
+        return bytes(buf)
+
     def __enter__(self) -> "SymmetricMemory":
         return self
 

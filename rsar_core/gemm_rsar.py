@@ -230,13 +230,9 @@ class GemmRsAr:
     def clear_trace(self) -> None:
         """Zero the event-time region; the next traced launch fills what it reaches."""
         from launch.layout import TRACE_BYTES, TRACE_OFF
-        import cuda.bindings.driver as cuda
         self._require_open()
         torch.cuda.synchronize(self.device)
-        (err,) = cuda.cuMemsetD8(self._ws.mem.local_ptr + TRACE_OFF, 0, TRACE_BYTES)
-        if err != cuda.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemsetD8 of the trace region failed: {err}")
-        torch.cuda.synchronize(self.device)  # the memset ran on the legacy stream
+        self._ws.mem.zero_local(TRACE_OFF, TRACE_BYTES)
 
     def read_trace(self, M: int, K: int, mode: str | None = None) -> dict[str, list[int | None]]:
         """Event times (ns from the first CTA's start, per CTA; ``launch.trace``) of the last
@@ -244,14 +240,10 @@ class GemmRsAr:
         Only sm90 kernels record events; elsewhere every event reads None."""
         from launch import trace
         from launch.layout import TRACE_BYTES, TRACE_OFF
-        import cuda.bindings.driver as cuda
         self._require_open()
         torch.cuda.synchronize(self.device)
-        buf = bytearray(TRACE_BYTES)
-        (err,) = cuda.cuMemcpyDtoH(buf, self._ws.mem.local_ptr + TRACE_OFF, TRACE_BYTES)
-        if err != cuda.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemcpyDtoH of the trace region failed: {err}")
-        return trace.decode(bytes(buf), self.plan(M, K, mode).grid)
+        raw = self._ws.mem.read_local(TRACE_OFF, TRACE_BYTES)
+        return trace.decode(raw, self.plan(M, K, mode).grid)
 
     # ------------------------------------------------------------------ errors, teardown
     def check(self) -> None:

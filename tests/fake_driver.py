@@ -539,6 +539,17 @@ class FakeDriver:
             buf[:n] = bytes(src)[:n]
         return (OK,)
 
+    def cuMemcpyDtoH(self, dst, src, n):
+        """Mapped memory holds no bytes here: a copy out of it reads zeros."""
+        err = self._enter("cuMemcpyDtoH", (dst, src, n)) or self._need_ctx()
+        if err:
+            return (err,)
+        with self._lock:
+            if self._mapping_at(int(src), n) is None:
+                return (R.CUDA_ERROR_INVALID_VALUE,)
+        dst[:n] = bytes(n)
+        return (OK,)
+
     # ---- multicast ------------------------------------------------------------------
 
     def cuMulticastGetGranularity(self, prop, option):

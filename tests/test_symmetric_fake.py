@@ -125,6 +125,39 @@ def test_unicast_setup_order():
     assert fake.index("cuMemImportFromShareableHandle") > last_export
 
 
+def test_host_access_to_local_bytes_is_bounded_and_checked():
+    """zero_local / read_local reach only this rank's allocation, through the checked driver,
+    and refuse once the memory is closed."""
+    fake = FakeDriver()
+
+    def fn(bs):
+        m = make(bs, fake, OFF, nbytes=2 * MiB)
+        base = m.local_ptr
+        try:
+            m.zero_local(4096, 8192)
+            got = m.read_local(4096, 64)
+            for bad in ((-1, 8), (0, m.nbytes + 1), (m.nbytes - 4, 8)):
+                with pytest.raises(ValueError, match="outside"):
+                    m.read_local(*bad)
+                with pytest.raises(ValueError, match="outside"):
+                    m.zero_local(*bad)
+        finally:
+            m.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            m.read_local(0, 8)
+        return got, m.rank, base
+
+    for r in run_ranks(2, fn, fake=fake):
+        assert not isinstance(r, BaseException), r
+        got, rank, base = r
+        assert got == bytes(64)
+        memsets = [c.args for c in fake.calls if c.rank == rank and c.name == "cuMemsetD8"]
+        copies = [c.args for c in fake.calls if c.rank == rank and c.name == "cuMemcpyDtoH"]
+        assert (int(memsets[-1][0]), memsets[-1][1], memsets[-1][2]) == (base + 4096, 0, 8192)
+        assert len(copies) == 1 and (int(copies[0][1]), copies[0][2]) == (base + 4096, 64)
+    assert_nothing_held(fake)
+
+
 @pytest.mark.parametrize("site", [{"TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"},
                                   {"NCCL_NVLS_ENABLE": "0"}, {"NVSHMEM_DISABLE_NVLS": "1"},
                                   {"RSAR_MULTICAST": "off"}])
