@@ -31,6 +31,15 @@ def _struct(n: int, elem: str):
     return ir.Type.parse("!llvm.struct<(" + ",".join([elem] * n) + ")>")
 
 
+def _ld_v4(op: str, addr, addr_ty, loc, ip):
+    """The four b32 words ``op {$0, $1, $2, $3}, [$4];`` loads from ``addr`` (a 64-bit
+    global or a 32-bit shared-window address, as ``addr_ty`` says)."""
+    reg = "l" if addr_ty is Int64 else "r"
+    s = _asm(_struct(4, "i32"), [_v(addr, addr_ty, loc, ip)], op + " {$0, $1, $2, $3}, [$4];",
+             f"=r,=r,=r,=r,{reg},~{{memory}}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+
+
 # ---------------------------------------------------------------- flags and clocks
 @dsl_user_op
 def ld_acquire_sys(addr, *, loc=None, ip=None) -> Int32:
@@ -104,18 +113,14 @@ def st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
 @dsl_user_op
 def ld_v4_cg(addr, *, loc=None, ip=None):
     """16-byte load cached in L2 only: peers write this memory over NVLink, L1 would be stale."""
-    s = _asm(_struct(4, "i32"), [_v(addr, Int64, loc, ip)],
-             "ld.global.cg.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l,~{memory}", loc, ip)
-    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+    return _ld_v4("ld.global.cg.v4.b32", addr, Int64, loc, ip)
 
 
 @dsl_user_op
 def multimem_ld_reduce_bf16x8(addr, *, loc=None, ip=None):
     """Sum of 8 bf16 over every rank's copy, accumulated in fp32 by the NVLink switch."""
-    s = _asm(_struct(4, "i32"), [_v(addr, Int64, loc, ip)],
-             "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2 {$0, $1, $2, $3}, [$4];",
-             "=r,=r,=r,=r,l,~{memory}", loc, ip)
-    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+    return _ld_v4("multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2", addr, Int64,
+                  loc, ip)
 
 
 @dsl_user_op
@@ -160,9 +165,7 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
 @dsl_user_op
 def ld_shared_v4(addr, *, loc=None, ip=None):
     """16-byte shared-memory load at a 32-bit shared-window address."""
-    s = _asm(_struct(4, "i32"), [_v(addr, Int32, loc, ip)],
-             "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip)
-    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
+    return _ld_v4("ld.shared.v4.b32", addr, Int32, loc, ip)
 
 
 @dsl_user_op
