@@ -17,7 +17,7 @@ log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
-TUNING = ("epi_slots", "band", "peers_first", "trace")
+TUNING = ("epi_slots", "peers_first", "trace")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,6 @@ class Variant:
     transport: str
     cta_group: int = 1  # 2: pair-tiles on 2x1 clusters (sm100 2-CTA MMA; sm90 w multicast)
     epi_slots: int = 0  # TUNING knobs
-    band: int = 0
     push: str = "lsu"  # how partials reach peers: "lsu" (thread stores), "tma" (bulk copies),
     # "tma_all" (AR's reduced tiles as bulk copies too)
     peers_first: int = 0  # 1: the peers-first schedule (plans with peers_first)

@@ -104,22 +104,17 @@ class CommWarps:
             units_m = (tiles_m + Int32(1)) // Int32(2)
             num_units = units_m * tiles_n
         t = Int32(-1)
+        band = lag >> Int32(8)
         if cutlass.const_expr(self.mode == "gemm"):
             t = rnd * chunk + lane
             if t >= num_units:
                 t = Int32(-1)
-            if cutlass.const_expr(getattr(self, "band", 0) > 0):
-                if t >= Int32(0):  # launch.plan.band_swizzle over unit rows
-                    band = Int32(self.band)
-                    per_band = band * tiles_n
-                    b = t // per_band
-                    within = t - b * per_band
-                    rows = cutlass.min(band, units_m - b * band)
-                    tn = within // rows
-                    t = (b * band + (within - tn * rows)) * tiles_n + tn
+            if (band > Int32(0)) & (t >= Int32(0)):
+                t = self._band_swizzle(t, units_m, tiles_n, band)
         else:
-            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation); the peers-first
-            # order is compiled in (its variants only) so the default ones stay as they are
+            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bits 8-15 the
+            # band); the peers-first order is compiled in (its variants only) so the default
+            # ones stay as they are
             chunk_no = rnd  # which chunk of its list a lane works on
             if cutlass.const_expr(self.peers_first):
                 part = rnd % Int32(self.world)
@@ -128,7 +123,7 @@ class CommWarps:
             else:
                 part = lane // chunk
                 j = lane - part * chunk
-                if (lag >> Int32(1)) != Int32(0):
+                if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
                     part = (part + rnd) % Int32(self.world)
             o = rank
             k = chunk_no - (lag & Int32(1))
@@ -138,9 +133,24 @@ class CommWarps:
             start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
             end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
             idx = k * chunk + j
-            if (k >= Int32(0)) & (idx < end - start):
+            length = end - start
+            if (k >= Int32(0)) & (idx < length):
+                if band > Int32(0):  # launch.plan.list_swizzle
+                    rows = length // tiles_n
+                    if idx < rows * tiles_n:
+                        idx = self._band_swizzle(idx, rows, tiles_n, band)
                 t = start + idx
         return t
+
+    @cute.jit
+    def _band_swizzle(self, i, rows, tiles_n, band):
+        """launch.plan.band_swizzle: item i of a grid of ``rows`` x ``tiles_n`` units."""
+        per_band = band * tiles_n
+        b = i // per_band
+        within = i - b * per_band
+        r = cutlass.min(band, rows - b * band)
+        tn = within // r
+        return (b * band + (within - tn * r)) * tiles_n + tn
 
     @cute.jit
     def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):

@@ -58,13 +58,13 @@ class Sm90FusedKernel(CommWarps):
     launch argument."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
-                 epi_slots: int = 0, band: int = 0, push: str = "lsu",
+                 epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
-        halves w's L2 traffic. ``epi_slots`` / ``band`` (0: defaults) are tuning knobs for
-        benchmarks: the depth of the sub-tile ring, and the band swizzle of the plain GEMM's
-        tile order. ``push`` "tma": partials leave for peers as bulk copies straight from the
+        halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
+        depth of the sub-tile ring (the tile order's band is a launch argument, in the
+        schedule word). ``push`` "tma": partials leave for peers as bulk copies straight from the
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
         "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
         ``peers_first`` (compiled in; launching such a plan on another variant would mix
@@ -100,7 +100,6 @@ class Sm90FusedKernel(CommWarps):
         # fourth mainloop stage (3 remain); BN=128 keeps 6 (5 with padded thread-store
         # rows), BN=64 8.
         self.epi_slots = epi_slots or self.num_sub
-        self.band = band
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2
@@ -342,14 +341,15 @@ class Sm90FusedKernel(CommWarps):
                 first = (mtid == 0) & (tiles_done == Int32(0))
                 read_state.reset_count()
                 rel_state.reset_count()
-                acc.fill(0.0)
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                # the first k-block overwrites the accumulators: no zero-fill pass
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
                 cute.nvgpu.warpgroup.fence()
                 ab_pipe.consumer_wait(read_state)
                 self._mark(ws, cta, trace.MMA_FIRST_K, first)
                 for kb in cutlass.range_constexpr(num_k_blocks):
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
                               tCrB[(None, None, kb, read_state.index)], acc)
+                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.commit_group()
                 read_state.advance()
                 for _k in range(1, k_tiles):

@@ -92,6 +92,7 @@ class GemmRsAr:
         self.force_rotate = False
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128 or 256)
+        self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -140,15 +141,18 @@ class GemmRsAr:
         """CTAs resident at once as 2x1 clusters on this GPU (queried once per process)."""
         return _pair_ctas(self.device.index, self.sm_count)
 
-    def plan(self, M: int, K: int, mode: str | None = None) -> TilePlan:
-        """The tile plan a call with this (M, K) runs (``mode``: default the op's own)."""
+    def plan(self, M: int, K: int, mode: str | None = None, *,
+             band: int | None = None) -> TilePlan:
+        """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
+        ``band``: override the tile order's band, as ``force_band`` does)."""
         # Only plans that can pick 2x1 clusters need the occupancy query (a small compile).
         pairs = self.arch in BLACKWELL or self.force_cta_group == 2
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, bn=self.force_bn,
                          pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
-                         rotate=self.force_rotate, peers_first=self.force_peers_first)
+                         rotate=self.force_rotate, peers_first=self.force_peers_first,
+                         band=self.force_band if band is None else band)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -165,36 +169,38 @@ class GemmRsAr:
         return y
 
     def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
-                  band: int = 0) -> torch.Tensor:
+                  band: int | None = None) -> torch.Tensor:
         """x @ w.T (M, N) by the same kernel with the communication compiled out.
 
         Not collective; for benchmarks that separate the GEMM from the exchange.
-        ``epi_slots`` / ``band`` try the sm90 kernel's tuning knobs (0: defaults).
+        ``epi_slots``: the sm90 sub-tile ring depth (0: default); ``band``: unit rows per
+        band of the tile order (0: row-major; None: the plan's choice).
         """
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
         w = weight_of(w)
         M, K = x.shape
-        plan, fn = self._plan_and_kernel(M, K, "gemm", (epi_slots, band))
+        plan, fn = self._plan_and_kernel(M, K, "gemm", epi_slots, band)
         y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
         self._launch(fn, x, w, y, plan)
         return y
 
-    def _plan_and_kernel(self, M: int, K: int, mode: str,
-                         tune: tuple[int, int] = (0, 0)) -> tuple[TilePlan, Any]:
+    def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
+                         band: int | None = None) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
-        key = (M, K, mode, tune, self.force_cta_group, self.force_lag, self.force_rotate,
-               self.force_peers_first, self.force_bn, push, trace)
+        key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
+               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band, push,
+               trace)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = self.plan(M, K, mode)
+            plan = self.plan(M, K, mode, band=band)
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group, *tune, push=push,
+                                   plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from launch.plan import BAND_TILE_ROWS  # noqa: E402  (the checkout's package)
 
 GRID = dict(N=[7168, 8192], K=[1024, 4096, 9216],
             M=[128, 256, 512, 1024, 2048, 4096, 8192, 16384])
@@ -183,9 +184,9 @@ class Bench:
             "gemm_only": (ops["rs"].gemm_only, sets),
         }
         if self.args.gemm_sweep:
-            for band in (0, 8, 16):
+            for band in (0, 8, 16, 32):
                 for slots in (0, 2):
-                    if band or slots:
+                    if band != BAND_TILE_ROWS or slots:
                         cols[f"gemm_b{band}_s{slots}"] = (
                             lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
                             sets)
@@ -198,6 +199,9 @@ class Bench:
                 cols[f"gemm_c2_b{band}"] = (_forced(
                     ops["rs"], 2, None, lambda x, w, b=band: ops["rs"].gemm_only(x, w, band=b),
                     push=ops["rs"].push), sets)
+            for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
+                for band in (0, 8, 32):  # the default plan in other tile orders (0: row-major)
+                    cols[f"{m}_b{band}"] = (_banded(ops[m if m != "gemm" else "rs"], band, fn), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
@@ -297,6 +301,17 @@ def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push:
     return call
 
 
+def _banded(op, band: int, fn):
+    """fn with op's plan in bands of ``band`` unit rows (0: row-major) for the call."""
+    def call(x, w):
+        op.force_band = band
+        try:
+            return fn(x, w)
+        finally:
+            op.force_band = None
+    return call
+
+
 def _ratios(t: dict, row: dict) -> dict:
     r = {}
 
@@ -347,13 +362,14 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
-    forced = [c for c in ("mm", "gemm_c1", "gemm_c2", "gemm_c2_b4", "gemm_c2_b8", "gemm_tma",
-                          "mm_rs", "rs_c1", "rs_c2", "rs_c1l0", "rs_rot", "rs_c1tma", "rs_c2tma", "mm_ar", "ar_c1", "ar_c2",
-                          "ar_c1l0", "ar_rot", "ar_c1tma", "ar_c2tma", "ar_c1tmaall", "rs_pf",
-                          "ar_pf", "rs_bn64", "ar_bn64", "rs_pf64", "ar_pf64")
-              if any(c in r["us"] for r in rows)]
-    if any(c.endswith("_c2") for c in forced):
-        lines += ["", "1-CTA (c1) against 2x1-cluster (c2) plans, and c1 without lag (l0), us:", "",
+    seen = [k for r in rows for k in r["us"]]
+    forced = [c for c in dict.fromkeys(seen) if c not in COLS and not c.startswith("gemm_b")
+              and not c.endswith("_host")]
+    forced = ["mm"] + forced if forced else []
+    if forced:
+        lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, rot rotated "
+                  "parts, tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
+                  "b<n> bands of n unit rows (b0: row-major), rnd the round order:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
         for r in rows:
             cells = [str(r["M"]), str(r["N"]), str(r["K"])]

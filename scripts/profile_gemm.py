@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--fused", action="store_true", help="also run the fused RS op")
     p.add_argument("--epi-slots", type=int, default=0)
-    p.add_argument("--band", type=int, default=0)
+    p.add_argument("--band", type=int, default=None, help="unit rows per band (0: row-major; default: the plan's)")
     a = p.parse_args()
 
     import torch

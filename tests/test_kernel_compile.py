@@ -15,7 +15,7 @@ VARIANTS = [
     Variant("sm_90a", 128, 4, "rs", "multicast"),
     Variant("sm_90a", 256, 2, "ar", "multicast"),
     Variant("sm_90a", 256, 2, "gemm", "unicast"),
-    Variant("sm_90a", 256, 2, "gemm", "unicast", epi_slots=4, band=8),  # tuning knobs
+    Variant("sm_90a", 256, 2, "gemm", "unicast", epi_slots=4),  # tuning knob
     # 2x1 clusters sharing w's tile by TMA multicast
     Variant("sm_90a", 256, 2, "rs", "unicast", 2),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2),
@@ -32,7 +32,7 @@ VARIANTS = [
     # the peers-first schedule (compiled in), and 2x1 clusters walking bands of pair rows
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
-    Variant("sm_90a", 256, 2, "gemm", "unicast", 2, band=4, push="tma"),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", 2, push="tma"),
 ]
 
 

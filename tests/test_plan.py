@@ -278,7 +278,7 @@ def test_forced_lag_keeps_coverage_and_no_wait_cycle(lag):
 def test_rotated_parts_keep_coverage_and_no_wait_cycle(mode):
     for world, M, lag in itertools.product(WORLDS, (1, 129, 1000, 4095, 8192), (None, 0, 1)):
         p = make_plan(M, 7168, 1024, world, 132, mode, lag=lag, rotate=True)
-        assert p.sched_word == p.lag | 2
+        assert p.sched_word & 0xff == p.lag | 2
         for rank in range(world):
             assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
         _assert_no_wait_cycle(p)
@@ -293,7 +293,7 @@ def test_rotated_parts_keep_coverage_and_no_wait_cycle(mode):
 def test_peers_first_covers_every_tile_and_waits_only_on_earlier_rounds(mode):
     for world, M in itertools.product(WORLDS, (1, 129, 300, 1000, 4095, 8192)):
         p = make_plan(M, 7168, 1024, world, 132, mode, peers_first=True)
-        assert p.peers_first and p.lag == 0 and p.sched_word == 0
+        assert p.peers_first and p.lag == 0 and p.sched_word & 0xff == 0
         assert p.grid == p.chunk <= 132
         longest = max(p.list_len(o) for o in range(world))
         assert p.rounds == world * -(-longest // p.chunk)
@@ -345,3 +345,49 @@ def test_tile_width_must_be_known_and_divide_n():
         make_plan(256, 7168, 1024, 2, 132, "rs", bn=32)
     with pytest.raises(ValueError, match="BN"):
         make_plan(256, 384, 1024, 2, 132, "rs", bn=256)
+
+
+@pytest.mark.parametrize("band", [0, 1, 3, 8, 64])
+def test_list_swizzle_is_a_permutation_of_any_list(band):
+    from launch.plan import list_swizzle
+    for length, tiles_n in [(0, 4), (1, 4), (5, 3), (17, 4), (56, 28), (1795, 28), (7, 56)]:
+        order = [list_swizzle(i, length, tiles_n, band) for i in range(length)]
+        assert sorted(order) == list(range(length))
+        full = length // tiles_n * tiles_n
+        assert order[full:] == list(range(full, length))  # the partial last row stays in order
+
+
+def test_default_band_and_its_schedule_word():
+    from launch.plan import BAND_TILE_ROWS
+    p = make_plan(8192, 7168, 4096, 2, 132, "rs")
+    assert p.band == BAND_TILE_ROWS and p.sched_word == p.lag | (BAND_TILE_ROWS << 8)
+    assert make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=2).band == BAND_TILE_ROWS // 2
+    assert make_plan(8192, 7168, 4096, 2, 132, "gemm", band=0).sched_word == 0
+    r = make_plan(4095, 7168, 1024, 4, 132, "ar", band=5, rotate=True, lag=1)
+    assert r.sched_word == 1 | 2 | (5 << 8)
+    for bad in (-1, 256, 2.0, "8"):
+        with pytest.raises(ValueError, match="band"):
+            make_plan(1000, 7168, 1024, 2, 132, "rs", band=bad)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
+@pytest.mark.parametrize("band", [0, 3, None])
+def test_banded_orders_keep_coverage_and_no_wait_cycle(mode, band):
+    """The band permutes positions inside each list: every schedule kind (round order with
+    and without lag or rotation, peers-first, 2x1 pairs) still covers every tile once per
+    rank, and an own tile still waits only on peers' same-or-earlier rounds."""
+    kinds = [dict(), dict(lag=0), dict(rotate=True), dict(peers_first=True),
+             dict(cta_group=2, arch="sm_100a")]
+    for world, M, N, kw in itertools.product((2, 3, 4), (1, 129, 1000, 4095, 8192),
+                                             (384, 7168), kinds):
+        if mode == "gemm" and (kw.get("rotate") or kw.get("peers_first")):
+            continue
+        p = make_plan(M, N, 1024, world, 132, mode, band=band, **kw)
+        for rank in range(world if mode != "gemm" else 1):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles)), (p, rank)
+        if mode != "gemm":
+            _assert_no_wait_cycle(p)
+    # a banded order really differs from row-major where a list spans several rows
+    a = make_plan(8192, 7168, 1024, 2, 132, "rs", band=0)
+    b = make_plan(8192, 7168, 1024, 2, 132, "rs", band=16)
+    assert [a.scheduled(0, c, 1) for c in range(a.grid)] != [b.scheduled(0, c, 1) for c in range(b.grid)]

@@ -103,12 +103,13 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_f
         op.force_peers_first, op.force_bn = None, None
 
 
-@pytest.mark.parametrize("band", [0, 4])
+@pytest.mark.parametrize("band", [None, 0, 4])
 @pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
-    """Every tile once, in either unit order (band 4: bands of tile or pair-tile rows)."""
+    """Every tile once, in every unit order (row-major, bands of 4 tile or pair-tile rows,
+    the plan's default band)."""
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
@@ -123,15 +124,16 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64"])
+@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3"])
 def test_back_to_back_random_M_bitwise(comm, order, ar):
     """2000 queued calls of random M (plans of every kind, one after another, no host sync
     between them); now and then a recomputation must match bitwise."""
     if ar and order != "default":
         pytest.skip("the forced orders run RS only")
     op = get_op(comm, 384, ar)
-    op.force_peers_first, op.force_bn = {"default": (None, None), "round": (False, None),
-                                         "pf": (True, None), "pf64": (True, 64)}[order]
+    op.force_peers_first, op.force_bn, op.force_band = {
+        "default": (None, None, None), "round": (False, None, None), "pf": (True, None, None),
+        "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3)}[order]
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(1234)  # same on every rank: the op is collective
     K = 256
@@ -155,7 +157,7 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
         raise AssertionError(f"{e}; last calls (step, M, bn, peers_first, grid, rounds): "
                              f"{recent}") from e
     finally:
-        op.force_peers_first = op.force_bn = None
+        op.force_peers_first = op.force_bn = op.force_band = None
     assert checks > 5
 
 
