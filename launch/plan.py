@@ -270,10 +270,22 @@ def list_swizzle(i: int, length: int, tiles_n: int, band: int) -> int:
     return band_swizzle(i, rows, tiles_n, band) if i < rows * tiles_n else i
 
 
-def choose_band(cta_group: int) -> int:
-    """Unit rows per band: ``BAND_TILE_ROWS`` tile rows (measured best for the GEMM alone
-    on H200: 16 rows of 1-CTA tiles, 8 rows of pair-tiles)."""
+def choose_band(K: int, cta_group: int) -> int:
+    """Unit rows per band: ``BAND_TILE_ROWS`` tile rows (16 rows of 1-CTA tiles, 8 rows of
+    pair-tiles) once K > 1024; row-major below. Measured on 2x H200 (docs/PERF.md (d)): at
+    K=9216 the bands make RS 1-13% and the GEMM alone 1-11% faster (rows of x and columns of
+    w no longer fit L2 together); at K=1024 everything fits L2 and row-major was 1-3% faster."""
+    if K <= 1024:
+        return 0
     return max(1, BAND_TILE_ROWS // cta_group)
+
+
+def choose_gemm_cluster(M: int, K: int) -> int:
+    """cta_group of the plain GEMM (mode "gemm") on sm90: 2x1 clusters sharing w's tile, in
+    bands of 8 pair rows, once K > 1024 and there are two tile rows to pair. Measured 2-11%
+    faster than 1-CTA tiles at K >= 4096, M >= 512 on H200; slower at M=128 (one tile row)
+    and mixed at K=1024 (docs/PERF.md (d))."""
+    return 2 if K > 1024 and M > BM else 1
 
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
@@ -281,7 +293,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None) -> TilePlan:
-    """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA; sm100: ``choose_sm100``);
+    """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA, the plain GEMM
+    ``choose_gemm_cluster``; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
@@ -295,9 +308,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
+    if (mode == "gemm" and arch not in BLACKWELL and cta_group is None and bn is None
+            and lag is None and not rotate):
+        cta_group = choose_gemm_cluster(M, K)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first)
-    return replace(plan, band=choose_band(plan.cta_group) if band is None else band)
+    return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
 
 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,

@@ -146,7 +146,8 @@ class GemmRsAr:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
         ``band``: override the tile order's band, as ``force_band`` does)."""
         # Only plans that can pick 2x1 clusters need the occupancy query (a small compile).
-        pairs = self.arch in BLACKWELL or self.force_cta_group == 2
+        pairs = (self.arch in BLACKWELL or self.force_cta_group == 2
+                 or (mode == "gemm" and self.force_cta_group is None))
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, bn=self.force_bn,
                          pair_ctas=self.pair_ctas if pairs else None,

@@ -3,9 +3,9 @@
     python3 scripts/precompile.py --arch sm_90a --world 2 --out /opt/rsar-kernels
     RSAR_KERNEL_CACHE=/opt/rsar-kernels mpirun -n 2 python3 my_worker.py
 
-Every variant a GemmRsAr of that arch and world can launch is compiled: BN 128 and 256,
-modes rs / ar / gemm, the transports, and (sm100) 1- and 2-CTA. Compiles run in parallel
-processes.
+Every variant a default plan of that arch and world can pick is compiled (``variants``: the
+tile widths, modes rs / ar / gemm, 1-CTA and 2x1-cluster plans, the peers-first order of
+small M) for each transport. Compiles run in parallel processes.
 """
 from __future__ import annotations
 
@@ -20,11 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def variants(arch: str, world: int, transports: list[str]) -> list:
+    """Every variant a default plan of this arch and world picks, over M up to 64 Ki, the
+    K classes the heuristics distinguish and N with and without 256-wide tiles."""
     from launch.cache import Variant, default_push
-    from launch.plan import BLACKWELL
-    groups = (1, 2) if arch in BLACKWELL else (1,)
-    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr, mode)) for bn in (128, 256)
-            for mode in ("rs", "ar", "gemm") for tr in transports for cg in groups
+    from launch.plan import make_plan
+    kinds = set()
+    Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
+    for M in Ms:
+        for K in (64, 1024, 2048, 4096, 9216):
+            for N in (384, 7168):
+                for mode in ("rs", "ar", "gemm"):
+                    p = make_plan(M, N, K, world, 132, mode, arch=arch)
+                    kinds.add((p.bn, mode, p.cta_group, int(p.peers_first)))
+    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr, mode),
+                    peers_first=pf)
+            for bn, mode, cg, pf in sorted(kinds) for tr in transports
             if not (mode == "gemm" and tr == "multicast")]
 
 

@@ -362,6 +362,12 @@ def test_default_band_and_its_schedule_word():
     p = make_plan(8192, 7168, 4096, 2, 132, "rs")
     assert p.band == BAND_TILE_ROWS and p.sched_word == p.lag | (BAND_TILE_ROWS << 8)
     assert make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=2).band == BAND_TILE_ROWS // 2
+    assert make_plan(8192, 7168, 1024, 2, 132, "rs").band == 0  # short K: all of it fits L2
+    g = make_plan(8192, 7168, 4096, 2, 132, "gemm")  # the plain GEMM pairs tile rows
+    assert g.cta_group == 2 and g.band == BAND_TILE_ROWS // 2
+    assert make_plan(128, 7168, 4096, 2, 132, "gemm").cta_group == 1  # one tile row
+    assert make_plan(8192, 7168, 1024, 2, 132, "gemm").cta_group == 1
+    assert make_plan(8192, 7168, 4096, 2, 132, "gemm", cta_group=1).cta_group == 1
     assert make_plan(8192, 7168, 4096, 2, 132, "gemm", band=0).sched_word == 0
     r = make_plan(4095, 7168, 1024, 4, 132, "ar", band=5, rotate=True, lag=1)
     assert r.sched_word == 1 | 2 | (5 << 8)

@@ -1,0 +1,32 @@
+"""scripts/precompile.py fills the cache with every variant a default plan can launch."""
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+from launch.cache import default_push
+from launch.plan import make_plan
+
+_spec = importlib.util.spec_from_file_location(
+    "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")
+precompile = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(precompile)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_default_plan_has_a_precompiled_variant(arch, world):
+    listed = {(v.bn, v.mode, v.transport, v.cta_group, v.peers_first, v.push)
+              for v in precompile.variants(arch, world, ["unicast", "multicast"])}
+    rng = random.Random(7)
+    for _ in range(3000):
+        M, K = rng.randint(1, 70000), 64 * rng.randint(1, 256)
+        N = 128 * rng.randint(1, 80)
+        for mode in ("rs", "ar", "gemm"):
+            p = make_plan(M, N, K, world, 132, mode, arch=arch)
+            for tr in ("unicast", "multicast"):
+                if mode == "gemm" and tr == "multicast":
+                    continue
+                key = (p.bn, mode, tr, p.cta_group, int(p.peers_first), default_push(arch, tr, mode))
+                assert key in listed, (M, N, K, mode, tr, key)
