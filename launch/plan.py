@@ -59,7 +59,7 @@ EPI_N = 32
 MODES = ("rs", "ar", "gemm")
 # Tile widths a kernel may run: sm90 64 / 128 / 256 (64 only when a plan asks for it), sm100
 # 128 / 256. Workspaces are sized for every one of them.
-TILE_NS = (64, 128, 256)
+TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
 MAX_BAND = 255
@@ -80,16 +80,30 @@ def choose_sm100(M: int, N: int, K: int) -> tuple[int, int]:
     return bn, cta_group
 
 
+# Time per output column of a tile width against BN=256 at the same tiles per SM (GEMM alone,
+# 2x H200, docs/PERF.md (d)): narrower tiles reload x's tile for fewer columns.
+TILE_COST = {256: 1.0, 224: 1.03, 128: 1.18}
+
+
 def choose_bn(M: int, N: int, sm_count: int) -> int:
-    """BN=256 halves the B traffic per output; take it once it still fills every SM."""
+    """The old rule, kept for sm100 and as the fallback: BN=256 halves the B traffic per
+    output; take it once it still fills every SM."""
     if N % 256 == 0 and ceil_div(M, BM) * (N // 256) >= sm_count:
         return 256
     return 128
 
 
+def lane_cost(plan: "TilePlan") -> float:
+    """Modelled time of a plan: the most tiles one lane computes, times the tile's width and
+    its ``TILE_COST``. The last wave is what a persistent grid waits for: at 2048 x 7168,
+    224-wide tiles give every lane of the round order 4 tiles of 224 columns where 256-wide
+    ones give some lanes 4 and most 3 (448 tiles over 2 x 66 lanes)."""
+    return (plan.rounds - plan.lag) * plan.bn * TILE_COST.get(plan.bn, 1.5)
+
+
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool]:
-    """(BN or None for ``choose_bn``, peers-first) of a fused sm90 plan at small M, where
-    one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
+    """(BN or None for the width of least ``lane_cost``, peers-first) of a fused sm90 plan
+    at small M, where one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
     (docs/PERF.md (c), N 7168 and 8192, against the round order at ``choose_bn``'s width):
     one tile row (M <= 128) runs 64-wide tiles peers-first, RS 8-22% and AR 5-15% faster
     (128-wide tiles leave half the SMs idle there), except AR at K > 4096 (8% slower: the
@@ -293,8 +307,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None) -> TilePlan:
-    """``arch`` picks the heuristic (sm90: ``choose_bn``, 1-CTA, the plain GEMM
-    ``choose_gemm_cluster``; sm100: ``choose_sm100``);
+    """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA, the
+    plain GEMM ``choose_gemm_cluster``; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
@@ -329,6 +343,13 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         small_bn, peers_first = choose_small_m(M, K, mode)
         bn0 = small_bn or bn0
     peers_first = bool(peers_first)
+    if bn is None and not (chosen and small_bn) and arch not in BLACKWELL:
+        # sm90: the tile width whose last wave costs least (``lane_cost``), widest on a tie
+        options = [_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
+                              cta_group=cta_group, pair_ctas=pair_ctas, lag=lag, rotate=rotate,
+                              peers_first=peers_first)
+                   for b in (256, 224, 128) if N % b == 0]
+        return min(options, key=lane_cost)
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
         raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")

@@ -220,10 +220,12 @@ class Bench:
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)
-                cols[f"{m}_bn128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
-                                              bn=128), sets)
-            cols["gemm_bn128"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
-                                          push=ops["rs"].push, bn=128), sets)
+                for bn in (128, 224, 256):
+                    cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                                   bn=bn), sets)
+            for bn in (128, 224, 256):
+                cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
+                                                push=ops["rs"].push, bn=bn), sets)
         for name, (fn, s) in cols.items():
             if name in self.skip or (self.only and name not in self.only):
                 continue

@@ -33,6 +33,26 @@ def test_bn_choice():
     assert make_plan(128, 7168, 1024, 2, 132, "rs", **rnd).bn == 128  # 28 tiles at BN=256: too few
     assert make_plan(8192, 7168, 1024, 2, 132, "rs").bn == 256
     assert make_plan(8192, 384, 1024, 2, 132, "rs").bn == 128  # 384 % 256 != 0
+    # the last wave: 448 tiles of 256 give 26 of 66 lanes a fourth tile; 512 of 224 give all 4
+    for mode in ("rs", "ar", "gemm"):
+        assert make_plan(2048, 7168, 4096, 2, 132, mode).bn == 224
+        assert make_plan(4096, 7168, 4096, 2, 132, mode).bn == 256  # 7 vs 8 tiles a lane
+        assert make_plan(2048, 8192, 4096, 2, 132, mode).bn == 256  # 224 does not divide N
+    # a forced width is kept; sm100 keeps its own rule
+    assert make_plan(2048, 7168, 4096, 2, 132, "rs", bn=256).bn == 256
+    assert make_plan(2048, 7168, 4096, 2, 132, "rs", arch="sm_100a").bn in (128, 256)
+
+
+def test_bn_choice_is_the_cheapest_last_wave():
+    from launch.plan import lane_cost
+    for M, N, K, mode in itertools.product((300, 512, 1024, 2048, 3000, 8192), (7168, 8192, 1792),
+                                           (1024, 4096), ("rs", "ar", "gemm")):
+        p = make_plan(M, N, K, 2, 132, mode)
+        if p.bn == 64:
+            continue  # choose_small_m's width
+        others = [make_plan(M, N, K, 2, 132, mode, bn=b, cta_group=p.cta_group,
+                            peers_first=p.peers_first) for b in (128, 224, 256) if N % b == 0]
+        assert lane_cost(p) == min(lane_cost(o) for o in others), (M, N, K, mode)
 
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
@@ -46,7 +66,7 @@ def test_small_m_choice(mode):
     assert pick(128, 9216) == ((128, False) if mode == "ar" else (64, True))
     assert pick(256, 1024) == (64, True) and pick(256, 4096) == (128, False)
     assert pick(512, 1024) == (128, True) and pick(1024, 1024)[1]
-    assert pick(2048, 1024) == (256, False) and pick(512, 4096) == (128, False)
+    assert pick(2048, 1024) == (224, False) and pick(512, 4096) == (224, False)
     # anything forced keeps the old defaults for the rest
     assert pick(128, 1024, bn=128) == (128, False)
     assert pick(128, 1024, peers_first=False) == (128, False)
