@@ -349,6 +349,12 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag, rotate=rotate,
                               peers_first=peers_first)
                    for b in (256, 224, 128) if N % b == 0]
+        if mode != "gemm":
+            # A lane with a single tile pushes it only after its whole GEMM, with nothing
+            # left to overlap: where some width gives every lane two tiles, take it (M=512,
+            # N=7168, K=4096: 128-wide AR 14% faster than 224-wide; RS at K=9216 the other
+            # way by 7%: a rule of thumb, docs/PERF.md (d)).
+            options = [p for p in options if p.rounds - p.lag >= 2] or options
         return min(options, key=lane_cost)
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
