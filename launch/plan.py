@@ -36,10 +36,10 @@ same round and a wait still only depends on peers' work of the same round.
 Bands (``band``)
 Within each list, lanes take units in bands of ``band`` unit rows, down a band's rows before
 moving one column right (``list_swizzle``), instead of row-major. The lanes of a round then
-share fewer rows of x and columns of w, so more of their loads hit L2: the GEMM alone at
-K=9216 runs 4-5% faster with 16-row bands, 8-9% with 2x1 clusters and 8 pair rows. The band
-permutes positions inside a list only, so which round handles which position, and with it
-the wait argument above, is unchanged.
+share fewer rows of x and columns of w, so more of their loads hit L2 (``choose_band``: at
+K > 1024; on 2x H200 RS up to 13% faster at K=9216, docs/PERF.md (d)). The band permutes
+positions inside a list only, so which round handles which position, and with it the wait
+argument above, is unchanged.
 
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
