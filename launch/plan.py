@@ -31,7 +31,10 @@ schedule and takes the even (c even) or odd tile of its pair. Pair list L_o hold
 whose even tile is in L_o, which keeps every list contiguous. A pair may hold tiles of two
 owners, so its odd tile's owner computes it in the round its peers do, not ``lag`` rounds
 later: the pair schedule therefore runs with lag 0, where every rank handles a tile in the
-same round and a wait still only depends on peers' work of the same round.
+same round and a wait still only depends on peers' work of the same round. Where no pair
+straddles two owners (``pairs_whole``: RS with local_M a multiple of 256, AR with owner
+blocks on even tile rows) the lag round is allowed on request (``lag=1``), with the 1-CTA
+schedule's argument.
 
 Bands (``band``)
 Within each list, lanes take units in bands of ``band`` unit rows, down a band's rows before
@@ -366,7 +369,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         if peers_first:
             raise ValueError("peers_first is a 1-CTA schedule; the pair schedule has no such order")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return _make_pair_plan(M, N, K, world, slots, mode, bn)
+        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag)
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     num_tiles = tiles_m * tiles_n
@@ -395,10 +398,18 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                    rotate=rotate)
 
 
+def pairs_whole(p: TilePlan) -> bool:
+    """No pair-tile holds tiles of two owners: every list starts on an even tile row (RS:
+    no tile row is shared either)."""
+    if p.mode == "rs":
+        return p.local_M % (2 * BM) == 0
+    return all(p.ar_start(o) % (2 * p.tiles_n) == 0 for o in range(1, p.world))
+
+
 def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
-                    bn: int) -> TilePlan:
+                    bn: int, lag: int | None = None) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
-    lag 0 (see the module docstring)."""
+    lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring)."""
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     padded_M = ceil_div(M, world) * world
@@ -410,9 +421,16 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
     if mode == "gemm":
         lanes = min(base.num_units, clusters)
         return replace(base, grid=2 * lanes, chunk=lanes, rounds=ceil_div(base.num_units, lanes))
+    lag = lag or 0
+    if lag not in (0, 1):
+        raise ValueError(f"lag must be 0 or 1, got {lag}")
+    if lag and not pairs_whole(base):
+        raise ValueError("lag 1 on 2x1 clusters needs pair-tiles that never straddle two owners "
+                         "(RS: local_M a multiple of 256; AR: owner blocks on even tile rows)")
     longest = max(base.unit_list_start(o + 1) - base.unit_list_start(o) for o in range(world))
     chunk = max(1, min(clusters // world, longest))
-    return replace(base, grid=2 * world * chunk, chunk=chunk, rounds=ceil_div(max(longest, 1), chunk))
+    return replace(base, grid=2 * world * chunk, chunk=chunk,
+                   rounds=ceil_div(max(longest, 1), chunk) + lag, lag=lag)
 
 
 def max_recv_slots(max_M: int, N: int, world: int, bn: int) -> int:

@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import random
 import socket
 import statistics
 import sys
@@ -59,6 +60,9 @@ def parse() -> argparse.Namespace:
                         "ar_rot), in the round order at choose_bn's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
+    p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                   help="time each shape's columns in a seeded random order (the same on every "
+                        "rank), to tell a column's own time from an effect of what ran before it")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -202,6 +206,8 @@ class Bench:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 for band in (0, 8, 32):  # the default plan in other tile orders (0: row-major)
                     cols[f"{m}_b{band}"] = (_banded(ops[m if m != "gemm" else "rs"], band, fn), sets)
+            for m in ("rs", "ar"):  # 2x1 clusters with the lag round (pair-aligned owners only)
+                cols[f"{m}_c2l1"] = (_forced(ops[m], 2, 1, ops[m], push=ops[m].push), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
@@ -226,7 +232,11 @@ class Bench:
             for bn in (128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
-        for name, (fn, s) in cols.items():
+        names = list(cols)
+        if self.args.shuffle is not None:
+            random.Random(f"{self.args.shuffle}:{M}:{N}:{K}").shuffle(names)
+        for name in names:
+            fn, s = cols[name]
             if name in self.skip or (self.only and name not in self.only):
                 continue
             try:

@@ -29,6 +29,9 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma"),
     Variant("sm_90a", 64, 4, "ar", "unicast", push="tma_all"),
     Variant("sm_90a", 64, 2, "gemm", "unicast"),
+    # 224-wide tiles (N=7168 = 32 x 224: the last wave of M 1024-2048 fills every lane)
+    Variant("sm_90a", 224, 2, "rs", "unicast", push="tma"),
+    Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma"),
     # the peers-first schedule (compiled in), and 2x1 clusters walking bands of pair rows
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
@@ -41,6 +44,7 @@ def test_variant_ptx(ptx_of, v):
     ptx = ptx_of(v)
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
+    assert f".m64n{v.bn}k16." in ptx  # one wgmma spans the tile's width
     assert "cp.async.bulk.tensor" in ptx
     # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
     assert ("multicast::cluster" in ptx) == (v.cta_group == 2)

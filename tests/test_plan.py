@@ -421,3 +421,30 @@ def test_banded_orders_keep_coverage_and_no_wait_cycle(mode, band):
     a = make_plan(8192, 7168, 1024, 2, 132, "rs", band=0)
     b = make_plan(8192, 7168, 1024, 2, 132, "rs", band=16)
     assert [a.scheduled(0, c, 1) for c in range(a.grid)] != [b.scheduled(0, c, 1) for c in range(b.grid)]
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_pair_schedule_with_lag_where_no_pair_straddles_owners(mode):
+    """2x1 clusters take the lag round only where every pair-tile has one owner; there the
+    1-CTA argument holds: every tile once per rank, own tiles wait only on earlier rounds."""
+    from launch.plan import pairs_whole
+    taken = 0
+    for world, M, N in itertools.product((2, 3, 4), (512, 1000, 2048, 4096, 8192, 12288),
+                                         (384, 7168)):
+        p0 = make_plan(M, N, 1024, world, 132, mode, arch="sm_100a", cta_group=2)
+        assert p0.lag == 0  # the default stays lag 0
+        if not pairs_whole(p0):
+            with pytest.raises(ValueError, match="straddle"):
+                make_plan(M, N, 1024, world, 132, mode, arch="sm_100a", cta_group=2, lag=1)
+            continue
+        p = make_plan(M, N, 1024, world, 132, mode, arch="sm_100a", cta_group=2, lag=1)
+        assert p.lag == 1 and p.rounds == p0.rounds + 1 and p.sched_word & 1
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+            for t in range(p.num_tiles):  # pairs_whole: one owner per tile, its list's
+                assert len(p.tile_owners(t)) == 1
+        _assert_no_wait_cycle(p)
+        taken += 1
+    assert taken >= 10
+    with pytest.raises(ValueError, match="lag"):
+        make_plan(4096, 7168, 1024, 2, 132, mode, cta_group=2, lag=2)

@@ -107,6 +107,21 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_f
         op.force_peers_first, op.force_bn = None, None
 
 
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [1024, 4096])
+@pytest.mark.parametrize("M", [512, 2048, 4096])
+def test_pairs_with_lag_round(comm, M, K, ar):
+    """2x1 clusters with the lag round, where no pair-tile straddles two owners."""
+    op = get_op(comm, 7168, ar)
+    op.force_cta_group, op.force_lag = 2, 1
+    try:
+        p = op.plan(M, K)
+        assert p.cta_group == 2 and p.lag == 1
+        check(op, seed=M * 3 + K * 17 + int(ar), M=M, K=K)
+    finally:
+        op.force_cta_group = op.force_lag = None
+
+
 @pytest.mark.parametrize("band", [None, 0, 4])
 @pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
