@@ -35,8 +35,14 @@ def main() -> int:
     p.add_argument("--mode", nargs="+", default=["rs", "ar"], choices=["rs", "ar"])
     p.add_argument("--bn", type=int, default=None, help="force the tile width")
     p.add_argument("--peers-first", action="store_true")
+    p.add_argument("--queue", type=int, default=1, metavar="Q",
+                   help="queue Q traced launches back to back and show the last: ranks then start "
+                        "it aligned by the previous exchange, at steady clocks (default 1: one "
+                        "launch after a barrier, which shows any host-side skew between ranks)")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args()
+    if a.queue < 1:
+        p.error("--queue must be at least 1")
 
     from mpi4py import MPI
     import torch
@@ -68,7 +74,8 @@ def main() -> int:
                     op(x, w)
                 op.clear_trace()
                 comm.Barrier()
-                op(x, w)
+                for _ in range(a.queue):  # each launch overwrites the events it reaches
+                    op(x, w)
                 ev = op.read_trace(M, K)
                 op.trace = False
                 op.check()
@@ -76,7 +83,8 @@ def main() -> int:
                 everyone = comm.gather(dict(rank=rank, events=ev), root=0)
                 if rank == 0:
                     print(f"\n{mode} M={M} N={a.N} K={K}: {plain_us:.1f} us untraced; plan BN={plan.bn} "
-                          f"grid={plan.grid} rounds={plan.rounds} tiles={plan.num_tiles}")
+                          f"grid={plan.grid} rounds={plan.rounds} tiles={plan.num_tiles}"
+                          + (f"; launch {a.queue} of {a.queue} queued" if a.queue > 1 else ""))
                     sums = [_summary(r["events"]) for r in everyone]
                     names = [n for n in ev if any(n in s for s in sums)]
                     head = "".join(f" | rank {r['rank']} min / med / max (n)" for r in everyone)
@@ -86,7 +94,8 @@ def main() -> int:
                             f" | {s[n][0]:6.2f} {s[n][1]:6.2f} {s[n][2]:6.2f} ({s[n][3]:3d})" if n in s
                             else " |" + " " * 29 for s in sums)
                         print(f"  {n:16s}{cells}")
-                    rows.append(dict(mode=mode, M=M, N=a.N, K=K, untraced_us=plain_us, bn=plan.bn,
+                    rows.append(dict(mode=mode, M=M, N=a.N, K=K, untraced_us=plain_us, queue=a.queue,
+                                     bn=plan.bn,
                                      grid=plan.grid, rounds=plan.rounds, ranks=everyone))
         op.close()
     if rank == 0 and a.json_path:
