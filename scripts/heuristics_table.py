@@ -2,8 +2,9 @@
 
     python3 scripts/heuristics_table.py grid_7168.json grid_8192.json
 
-Per (M, K): the geometric mean over the measured N of the RS and AR speedups over
-torch.mm + NCCL, rounded to 2 digits; paste the printed dict into rsar_core/heuristics.py.
+Per (M, K): the lowest, over the measured N, of the RS and AR speedups over torch.mm + NCCL,
+rounded down to 2 digits (a shape runs fused only if every N of it won); paste the printed
+dict into rsar_core/heuristics.py.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ def table(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
         if "rs_speedup" in q and "ar_speedup" in q:
             acc[(r["M"], r["K"])].append((q["rs_speedup"], q["ar_speedup"]))
 
-    def gm(xs: list[float]) -> float:
-        return round(math.exp(sum(map(math.log, xs)) / len(xs)), 2)
-    return {mk: (gm([a for a, _ in v]), gm([b for _, b in v])) for mk, v in sorted(acc.items())}
+    def low(xs: list[float]) -> float:
+        return math.floor(min(xs) * 100) / 100
+    return {mk: (low([a for a, _ in v]), low([b for _, b in v])) for mk, v in sorted(acc.items())}
 
 
 def main() -> None:
