@@ -232,10 +232,7 @@ class Bench:
             for bn in (128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
-        names = list(cols)
-        if self.args.shuffle is not None:
-            random.Random(f"{self.args.shuffle}:{M}:{N}:{K}").shuffle(names)
-        for name in names:
+        for name in column_order(list(cols), self.args.shuffle, M, N, K):
             fn, s = cols[name]
             if name in self.skip or (self.only and name not in self.only):
                 continue
@@ -315,6 +312,16 @@ def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push:
             op.force_rotate = False
             op.push = default
     return call
+
+
+def column_order(names: list[str], seed: int | None, M: int, N: int, K: int) -> list[str]:
+    """The order a shape's columns are timed in: as listed, or (``--shuffle``) a permutation
+    drawn from the seed and the shape only, so every rank runs the collectives alike."""
+    if seed is None:
+        return names
+    names = list(names)
+    random.Random(f"{seed}:{M}:{N}:{K}").shuffle(names)
+    return names
 
 
 def _banded(op, band: int, fn):

@@ -30,3 +30,14 @@ def test_ratios_and_report():
 
 def test_geomean_ignores_missing():
     assert bench.geomean([2.0, None, 8.0]) == 4.0
+
+
+def test_shuffled_column_order_depends_on_seed_and_shape_only():
+    names = [f"c{i}" for i in range(12)]
+    assert bench.column_order(names, None, 128, 7168, 1024) == names
+    a = bench.column_order(names, 1, 16384, 8192, 9216)
+    assert sorted(a) == sorted(names) and a != names
+    assert a == bench.column_order(list(names), 1, 16384, 8192, 9216)  # every rank alike
+    assert a != bench.column_order(names, 2, 16384, 8192, 9216)
+    assert a != bench.column_order(names, 1, 16384, 7168, 9216)
+    assert names == [f"c{i}" for i in range(12)]  # the caller's list is left alone
