@@ -60,8 +60,8 @@ BM = 128
 BK = 64
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
-# Tile widths a kernel may run: sm90 64 / 128 / 256 (64 only when a plan asks for it), sm100
-# 128 / 256. Workspaces are sized for every one of them.
+# Tile widths a kernel may run: sm90 64 / 128 / 224 / 256 (64 only from choose_small_m, 224
+# where it divides N), sm100 128 / 256. Workspaces are sized for every one of them.
 TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
@@ -88,14 +88,6 @@ def choose_sm100(M: int, N: int, K: int) -> tuple[int, int]:
 TILE_COST = {256: 1.0, 224: 1.03, 128: 1.18}
 
 
-def choose_bn(M: int, N: int, sm_count: int) -> int:
-    """The old rule, kept for sm100 and as the fallback: BN=256 halves the B traffic per
-    output; take it once it still fills every SM."""
-    if N % 256 == 0 and ceil_div(M, BM) * (N // 256) >= sm_count:
-        return 256
-    return 128
-
-
 def lane_cost(plan: "TilePlan") -> float:
     """Modelled time of a plan: the most tiles one lane computes, times the tile's width and
     its ``TILE_COST``. The last wave is what a persistent grid waits for: at 2048 x 7168,
@@ -107,7 +99,7 @@ def lane_cost(plan: "TilePlan") -> float:
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool]:
     """(BN or None for the width of least ``lane_cost``, peers-first) of a fused sm90 plan
     at small M, where one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
-    (docs/PERF.md (c), N 7168 and 8192, against the round order at ``choose_bn``'s width):
+    (docs/PERF.md (c), N 7168 and 8192, against the round order at the then default width):
     one tile row (M <= 128) runs 64-wide tiles peers-first, RS 8-22% and AR 5-15% faster
     (128-wide tiles leave half the SMs idle there), except AR at K > 4096 (8% slower: the
     own half then waits on a long GEMM); at K <= 1024 two tile rows do the same (5-11%),
@@ -325,9 +317,6 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
-    if (mode == "gemm" and arch not in BLACKWELL and cta_group is None and bn is None
-            and lag is None and not rotate):
-        cta_group = choose_gemm_cluster(M, K)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first)
     return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
@@ -336,17 +325,17 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
                rotate: bool, peers_first: bool | None) -> TilePlan:
-    if arch in BLACKWELL:
-        bn0, cg0 = choose_sm100(M, N, K)
-    else:
-        bn0, cg0 = choose_bn(M, N, sm_count), 1
-    chosen = (peers_first is None and bn is None and cta_group is None and lag is None
-              and not rotate and mode != "gemm" and arch not in BLACKWELL)
-    if chosen:
-        small_bn, peers_first = choose_small_m(M, K, mode)
-        bn0 = small_bn or bn0
+    # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
+    bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
+    unforced = (bn is None and cta_group is None and lag is None and not rotate
+                and arch not in BLACKWELL)
+    if unforced and mode == "gemm":
+        cg0 = choose_gemm_cluster(M, K)
+    if unforced and mode != "gemm" and peers_first is None:
+        bn0, peers_first = choose_small_m(M, K, mode)
     peers_first = bool(peers_first)
-    if bn is None and not (chosen and small_bn) and arch not in BLACKWELL:
+    cta_group = cg0 if cta_group is None else cta_group
+    if bn is None and bn0 is None:
         # sm90: the tile width whose last wave costs least (``lane_cost``), widest on a tie
         options = [_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag, rotate=rotate,
@@ -362,7 +351,6 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
         raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")
-    cta_group = cg0 if cta_group is None else cta_group
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group == 2:

@@ -97,8 +97,8 @@ class Sm90FusedKernel(CommWarps):
         # one while the communication warps still push it: with a 2-slot ring (BN=256, one
         # more mainloop stage) they waited on the link's bursts at every tile end, and RS /
         # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
-        # fourth mainloop stage (3 remain); BN=128 keeps 6 (5 with padded thread-store
-        # rows), BN=64 8.
+        # fourth mainloop stage (3 remain, as for BN=224); BN=128 keeps 6 (5 with padded
+        # thread-store rows), BN=64 8.
         self.epi_slots = epi_slots or self.num_sub
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")

@@ -91,7 +91,7 @@ class GemmRsAr:
         self.force_lag: int | None = None
         self.force_rotate = False
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
-        self.force_bn: int | None = None  # the tile width (sm90: 64, 128 or 256)
+        self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 224 or 256)
         self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False

@@ -57,7 +57,7 @@ def parse() -> argparse.Namespace:
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
                         "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, the 1-CTA plan "
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
-                        "ar_rot), in the round order at choose_bn's width (rs_rnd / ar_rnd), "
+                        "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
@@ -218,7 +218,7 @@ class Bench:
             cols["gemm_tma"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only, push="tma"), sets)
             cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
             for m in ("rs", "ar"):
-                # the round order at the width choose_bn picks (the default beyond small M)
+                # the round order at the width the plan picks (the default beyond small M)
                 cols[f"{m}_rnd"] = (_forced(ops[m], None, None, ops[m], push=ops[m].push,
                                             peers_first=False), sets)
                 cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
