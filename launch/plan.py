@@ -33,8 +33,8 @@ owners, so its odd tile's owner computes it in the round its peers do, not ``lag
 later: the pair schedule therefore runs with lag 0, where every rank handles a tile in the
 same round and a wait still only depends on peers' work of the same round. Where no pair
 straddles two owners (``pairs_whole``: RS with local_M a multiple of 256, AR with owner
-blocks on even tile rows) the lag round is allowed on request (``lag=1``), with the 1-CTA
-schedule's argument.
+blocks on even tile rows) the lag round is allowed, with the 1-CTA schedule's argument;
+``choose_fused_cluster`` picks it for long-K, large-M fused plans on sm90.
 
 Bands (``band``)
 Within each list, lanes take units in bands of ``band`` unit rows, down a band's rows before
@@ -297,6 +297,15 @@ def choose_gemm_cluster(M: int, K: int) -> int:
     return 2 if K > 1024 and M > BM else 1
 
 
+def choose_fused_cluster(M: int, K: int, mode: str) -> bool:
+    """Whether a fused sm90 plan runs on 2x1 clusters with the lag round (where
+    ``pairs_whole``; 1-CTA otherwise). The pair-tile halves the loads of w per output tile,
+    which pays once the mainloop dominates. Measured on 2x H200 (docs/PERF.md (e), against
+    the 1-CTA plan in the same run): at K=9216 RS 0-10% and AR 2-8% faster from M=4096, at
+    K=4096 within -2..+5%; at M=2048 AR lost 4% at K=9216 while RS gained 1-3%."""
+    return K > 1024 and M >= (2048 if mode == "rs" else 4096)
+
+
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
@@ -333,14 +342,31 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         cg0 = choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first = choose_small_m(M, K, mode)
+        if not peers_first and choose_fused_cluster(M, K, mode):
+            try:
+                pair = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0,
+                                  cta_group=2, pair_ctas=pair_ctas, lag=1, rotate=False,
+                                  peers_first=False)
+            except ValueError:  # some pair-tile straddles two owners: the 1-CTA plan
+                pair = None
+            # the 1-CTA schedule's rule: a round of slack only where 3+ rounds hide it
+            if pair is not None and pair.rounds - pair.lag >= 3:
+                return pair
     peers_first = bool(peers_first)
     cta_group = cg0 if cta_group is None else cta_group
     if bn is None and bn0 is None:
         # sm90: the tile width whose last wave costs least (``lane_cost``), widest on a tie
-        options = [_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
-                              cta_group=cta_group, pair_ctas=pair_ctas, lag=lag, rotate=rotate,
-                              peers_first=peers_first)
-                   for b in (256, 224, 128) if N % b == 0]
+        options, refused = [], None
+        for b in (256, 224, 128):
+            if N % b == 0:
+                try:
+                    options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
+                                              cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
+                                              rotate=rotate, peers_first=peers_first))
+                except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
+                    refused = e
+        if not options:
+            raise refused or ValueError(f"no sm90 tile width divides N={N}")
         if mode != "gemm":
             # A lane with a single tile pushes it only after its whole GEMM, with nothing
             # left to overlap: where some width gives every lane two tiles, take it (M=512,

@@ -145,9 +145,8 @@ class GemmRsAr:
              band: int | None = None) -> TilePlan:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
         ``band``: override the tile order's band, as ``force_band`` does)."""
-        # Only plans that can pick 2x1 clusters need the occupancy query (a small compile).
-        pairs = (self.arch in BLACKWELL or self.force_cta_group == 2
-                 or (mode == "gemm" and self.force_cta_group is None))
+        # Plans that can pick 2x1 clusters need the occupancy query (a small compile, once).
+        pairs = self.arch in BLACKWELL or self.force_cta_group != 1
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, bn=self.force_bn,
                          pair_ctas=self.pair_ctas if pairs else None,

@@ -383,7 +383,7 @@ def test_list_swizzle_is_a_permutation_of_any_list(band):
 
 def test_default_band_and_its_schedule_word():
     from launch.plan import BAND_TILE_ROWS
-    p = make_plan(8192, 7168, 4096, 2, 132, "rs")
+    p = make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=1)
     assert p.band == BAND_TILE_ROWS and p.sched_word == p.lag | (BAND_TILE_ROWS << 8)
     assert make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=2).band == BAND_TILE_ROWS // 2
     assert make_plan(8192, 7168, 1024, 2, 132, "rs").band == 0  # short K: all of it fits L2
@@ -448,3 +448,26 @@ def test_pair_schedule_with_lag_where_no_pair_straddles_owners(mode):
     assert taken >= 10
     with pytest.raises(ValueError, match="lag"):
         make_plan(4096, 7168, 1024, 2, 132, mode, cta_group=2, lag=2)
+
+
+def test_fused_plans_pair_tile_rows_with_the_lag_round_at_long_k():
+    from launch.plan import pairs_whole
+    for mode in ("rs", "ar"):
+        p = make_plan(8192, 7168, 9216, 2, 132, mode)
+        assert (p.cta_group, p.lag, p.band) == (2, 1, 8) and pairs_whole(p)
+        assert make_plan(8192, 7168, 1024, 2, 132, mode).cta_group == 1  # link-bound K
+        assert make_plan(1024, 7168, 9216, 2, 132, mode).cta_group == 1  # few tiles per lane
+        # the width is still the lane_cost pick among the widths the pairs allow
+        assert make_plan(2048, 7168, 9216, 2, 132, "rs").bn == 224
+    assert make_plan(2048, 7168, 9216, 2, 132, "ar").cta_group == 1  # measured 4% slower
+    # local_M = 1500 is no multiple of 256: a pair would straddle two owners
+    assert make_plan(3000, 7168, 9216, 2, 132, "rs").cta_group == 1
+    # one chunk per list: the lag round would cost a whole round, the 1-CTA plan has none
+    q = make_plan(4096, 384, 4096, 2, 132, "rs")
+    assert q.cta_group == 1 and q.lag == 0
+    # the occupancy limit of 2x1 clusters still applies
+    r = make_plan(16384, 7168, 9216, 2, 132, "rs", pair_ctas=120)
+    assert r.cta_group == 2 and r.grid <= 120
+    # forcing lag 1 on pairs keeps only the widths whose pairs are whole, else says why
+    with pytest.raises(ValueError, match="straddle"):
+        make_plan(3000, 7168, 9216, 2, 132, "rs", cta_group=2, lag=1)
