@@ -9,8 +9,11 @@ Per shape (x: (M, K) and w: (N, K) on every rank), in the same processes:
   torch_rs  torch.ops.symm_mem.fused_matmul_reduce_scatter (multicast off)
   rsar_rs / rsar_ar  GemmRsAr                  gemm_only the same kernel, communication compiled out
   bound     max(min(mm, gemm_only), bytes sent per rank / measured peer bandwidth)
-Median of --iters timed calls (CUDA events) after warm-up; inputs rotate over sets that
-together exceed L2 several times. The calls are queued behind a GPU sleep, so each event pair
+Median of --iters timed calls (CUDA events) after warm-up, taken in --blocks blocks: each block
+times every column once, in an order drawn afresh for each block, so no column always runs
+right after another (the GPUs run at power-capped clocks that follow what ran before; one
+block per column once left the fused RS at the grid's last shape 5-17% slower than anywhere
+else). Inputs rotate over sets that together exceed L2 several times. The calls are queued behind a GPU sleep, so each event pair
 times GPU work only; the host's cost per call is the separate *_host column. torch_rs (which
 blocks the host inside each call) is timed back to back instead.
 """
@@ -48,6 +51,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--M", type=int, nargs="*")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--blocks", type=int, default=5,
+                   help="split the timed calls of each column into this many blocks, "
+                        "interleaved across columns in a fresh order each (1: one block per column)")
     p.add_argument("--skip", default="", help="comma list of columns not to time")
     p.add_argument("--only", default="", help="comma list of the only columns to time")
     p.add_argument("--gemm-sweep", action="store_true",
@@ -87,7 +93,14 @@ class Bench:
         self.only = set(filter(None, args.only.split(",")))
 
     # ---------------------------------------------------------------- timing
-    def time(self, fn, sets: list, iters: int, warmup: int, queued: bool = True) -> float:
+    def rank_median(self, ms: list[float]) -> float:
+        """Median microseconds of a column's calls, the slower rank's: ranks can differ by
+        launch skew, and a step waits for the slower."""
+        return max(self.comm.allgather(statistics.median(ms) * 1e3))
+
+    def samples(self, fn, sets: list, iters: int, warmup: int, queued: bool = True,
+                first: int = 0) -> list[float]:
+        """Milliseconds of each of ``iters`` calls (inputs from set ``first`` on)."""
         torch = self.torch
         for i in range(warmup):
             fn(*sets[i % len(sets)])
@@ -101,14 +114,12 @@ class Bench:
         if queued:
             torch.cuda._sleep(self.sleep_cycles(iters))
         for i in range(iters):
-            s = sets[i % len(sets)]
+            s = sets[(first + i) % len(sets)]
             starts[i].record()
             fn(*s)
             ends[i].record()
         torch.cuda.synchronize()
-        ms = [a.elapsed_time(b) for a, b in zip(starts, ends)]
-        # Ranks can differ by launch skew; report the slower rank, as a step waits for it.
-        return max(self.comm.allgather(statistics.median(ms) * 1e3))
+        return [a.elapsed_time(b) for a, b in zip(starts, ends)]
 
     def sleep_cycles(self, iters: int) -> int:
         """GPU clock cycles that outlast the host enqueueing ``iters`` calls (~150 us each
@@ -164,7 +175,6 @@ class Bench:
         full = torch.randn(Mp, N, device=self.dev).to(torch.bfloat16)
         rs_out = torch.empty(Mp // W, N, dtype=torch.bfloat16, device=self.dev)
         it, wu = self.args.iters, self.args.warmup
-        t: dict[str, float] = {}
 
         def mm(x, w):
             return torch.mm(x, w.t())
@@ -232,16 +242,25 @@ class Bench:
             for bn in (128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
-        for name in column_order(list(cols), self.args.shuffle, M, N, K):
-            fn, s = cols[name]
-            if name in self.skip or (self.only and name not in self.only):
-                continue
-            try:
-                t[name] = self.time(fn, s, it, wu, queued=name not in HOST_SYNCED)
-            except Exception as e:  # an anchor that cannot run here is reported, not fatal
-                if self.rank == 0:
-                    print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
-                          file=sys.stderr)
+        names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
+        blocks = max(1, min(self.args.blocks, it))
+        ms: dict[str, list[float]] = {n: [] for n in names}
+        for b in range(blocks):
+            per = it // blocks + (b < it % blocks)
+            for name in column_order(names, self.args.shuffle, M, N, K, block=b):
+                if name not in ms:
+                    continue
+                fn, s = cols[name]
+                try:
+                    ms[name] += self.samples(fn, s, per, wu if b == 0 else 2,
+                                             queued=name not in HOST_SYNCED, first=len(ms[name]))
+                except Exception as e:  # an anchor that cannot run here is reported, not fatal
+                    del ms[name]
+                    if self.rank == 0:
+                        print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
+                              file=sys.stderr)
+        # every rank takes the same columns through rank_median's allgather, in one order
+        t = {name: self.rank_median(v) for name, v in ms.items()}
         for name in ("rsar_rs", "mm_rs"):
             if name in t:
                 t[name + "_host"] = self.host_time(cols[name][0], cols[name][1])
@@ -314,13 +333,15 @@ def _forced(op, cta_group: int, lag: int | None, fn, rotate: bool = False, push:
     return call
 
 
-def column_order(names: list[str], seed: int | None, M: int, N: int, K: int) -> list[str]:
-    """The order a shape's columns are timed in: as listed, or (``--shuffle``) a permutation
-    drawn from the seed and the shape only, so every rank runs the collectives alike."""
-    if seed is None:
-        return names
+def column_order(names: list[str], seed: int | None, M: int, N: int, K: int, *,
+                 block: int = 0) -> list[str]:
+    """The order a shape's columns are timed in, in its block ``block``: the first block as
+    listed, or (``--shuffle``) a permutation drawn from the seed and the shape; every later
+    block a permutation of its own. Drawn from the seed, shape and block only, so every rank
+    runs the collectives alike."""
     names = list(names)
-    random.Random(f"{seed}:{M}:{N}:{K}").shuffle(names)
+    if seed is not None or block:
+        random.Random(f"{seed}:{M}:{N}:{K}:{block}").shuffle(names)
     return names
 
 

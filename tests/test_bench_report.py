@@ -41,3 +41,18 @@ def test_shuffled_column_order_depends_on_seed_and_shape_only():
     assert a != bench.column_order(names, 2, 16384, 8192, 9216)
     assert a != bench.column_order(names, 1, 16384, 7168, 9216)
     assert names == [f"c{i}" for i in range(12)]  # the caller's list is left alone
+
+
+def test_blocks_put_every_column_after_different_columns():
+    names = [f"c{i}" for i in range(10)]
+    for seed in (None, 3):
+        orders = [bench.column_order(names, seed, 4096, 7168, 4096, block=b) for b in range(5)]
+        assert orders[0] == bench.column_order(names, seed, 4096, 7168, 4096)
+        assert all(sorted(o) == names for o in orders)
+        assert orders == [bench.column_order(names, seed, 4096, 7168, 4096, block=b)
+                          for b in range(5)]  # every rank alike
+        assert len({tuple(o) for o in orders}) == 5
+        for n in names:
+            before = {o[o.index(n) - 1] if o.index(n) else None for o in orders}
+            places = {o.index(n) for o in orders}
+            assert len(before) >= 2 and len(places) >= 2
