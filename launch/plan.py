@@ -299,10 +299,11 @@ def choose_gemm_cluster(M: int, K: int) -> int:
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> bool:
     """Whether a fused sm90 plan runs on 2x1 clusters with the lag round (where
-    ``pairs_whole``; 1-CTA otherwise). The pair-tile halves the loads of w per output tile,
-    which pays once the mainloop dominates. Measured on 2x H200 (docs/PERF.md (e), against
-    the 1-CTA plan in the same run): at K=9216 RS 0-10% and AR 2-8% faster from M=4096, at
-    K=4096 within -2..+5%; at M=2048 AR lost 4% at K=9216 while RS gained 1-3%."""
+    ``pairs_whole`` and 3+ rounds hide the slack; 1-CTA otherwise). The pair-tile halves the
+    loads of w per output tile, which pays once the mainloop dominates. Measured on 2x H200
+    against the 1-CTA plan in the same run (docs/PERF.md (e), N 7168 / 8192, K 2048-9216,
+    M 2048-16384): RS 0-9% faster (one shape 3% slower), geomean 4.3%; AR from M=4096 -3..+7%,
+    geomean 1.5%; AR at M=2048 gained nothing, so it stays 1-CTA there."""
     return K > 1024 and M >= (2048 if mode == "rs" else 4096)
 
 
