@@ -471,3 +471,51 @@ def test_fused_plans_pair_tile_rows_with_the_lag_round_at_long_k():
     # forcing lag 1 on pairs keeps only the widths whose pairs are whole, else says why
     with pytest.raises(ValueError, match="straddle"):
         make_plan(3000, 7168, 9216, 2, 132, "rs", cta_group=2, lag=1)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_uneven_parts_keep_coverage_and_no_wait_cycle(mode):
+    for world, M, own, lag in itertools.product(WORLDS, (1, 129, 1000, 4095, 8192),
+                                                (1, 20, 33, 44), (None, 0, 1)):
+        if own > (132 - own) // (world - 1):
+            continue
+        p = make_plan(M, 7168, 1024, world, 132, mode, own_lanes=own, lag=lag)
+        assert p.grid <= 132 and 0 < p.own_lanes <= min(own, p.chunk)
+        assert p.sched_word >> 16 == p.own_lanes
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+        _assert_no_wait_cycle(p)
+
+
+def test_uneven_parts_push_more_at_once_and_finish_the_own_list_with_every_lane():
+    even = make_plan(8192, 7168, 1024, 2, 132, "rs")
+    p = make_plan(8192, 7168, 1024, 2, 132, "rs", own_lanes=33)
+    assert (p.chunk, p.own_lanes, p.grid, p.lag) == (99, 33, 132, 1)
+    assert p.rounds == even.rounds  # the same number of rounds, the pushes earlier
+
+    def pushing(plan, rnd):
+        return sum(1 for c in range(plan.grid) if plan.scheduled(0, c, rnd) >= 0
+                   and 0 not in plan.tile_owners(plan.scheduled(0, c, rnd)))
+    assert [pushing(p, r) for r in range(3)] == [99, 99, 99]
+    assert pushing(even, 0) == 66
+    last_push = max(r for r in range(p.rounds) if pushing(p, r))
+    assert last_push == -(-p.longest_units // 99) - 1 < max(
+        r for r in range(even.rounds) if pushing(even, r))
+    # after the peers' lists every lane reduces own tiles
+    assert all(p.scheduled(0, c, last_push + 1) >= 0 for c in range(p.grid))
+
+
+def test_uneven_parts_refuse_what_they_cannot_combine():
+    for kw in (dict(cta_group=2), dict(rotate=True), dict(peers_first=True),
+               dict(arch="sm_100a")):
+        with pytest.raises(ValueError, match="uneven"):
+            make_plan(8192, 7168, 1024, 2, 132, "rs", own_lanes=33, **kw)
+    with pytest.raises(ValueError, match="uneven"):
+        make_plan(8192, 7168, 1024, 2, 132, "gemm", own_lanes=33)
+    with pytest.raises(ValueError, match="at least as many"):
+        make_plan(8192, 7168, 1024, 2, 132, "rs", own_lanes=100)
+    with pytest.raises(ValueError, match="own_lanes"):
+        make_plan(8192, 7168, 1024, 2, 132, "rs", own_lanes=-3)
+    # a short list caps both parts: every lane still has a tile to take
+    q = make_plan(128, 7168, 1024, 2, 132, "rs", own_lanes=33, peers_first=False)
+    assert q.chunk == q.longest_units and q.own_lanes <= q.chunk
