@@ -39,8 +39,8 @@ def _pair_ctas(device_index: int, sm_count: int) -> int:
     """CTAs resident at once as 2x1 clusters at one CTA per SM: the GPC layout can fit
     fewer than the SM count, and every CTA of a persistent grid must be resident."""
     try:
-        from cutlass.utils import HardwareInfo
-        return 2 * HardwareInfo(device_index).get_max_active_clusters(2)
+        from launch.occupancy import max_active_clusters
+        return 2 * max_active_clusters(device_index, 2)
     except Exception as e:  # the 1-CTA plans are unaffected; be conservative
         log.warning("cluster occupancy query failed (%s): 2x1-cluster plans use half the SMs", e)
         return sm_count // 2
@@ -146,7 +146,7 @@ class GemmRsAr:
              band: int | None = None) -> TilePlan:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
         ``band``: override the tile order's band, as ``force_band`` does)."""
-        # Plans that can pick 2x1 clusters need the occupancy query (a small compile, once).
+        # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, bn=self.force_bn,

@@ -201,6 +201,16 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     assert checks > 5
 
 
+def test_cluster_occupancy_probe_matches_cute(comm):
+    """The PTX probe behind 2x1-cluster plans answers as the CuTe DSL's own query does."""
+    from cutlass.utils import HardwareInfo
+    from launch.occupancy import max_active_clusters
+    dev = torch.cuda.current_device()
+    torch.zeros(1, device="cuda")  # the context the probe loads into
+    for size in (1, 2):
+        assert max_active_clusters(dev, size) == HardwareInfo(dev).get_max_active_clusters(size)
+
+
 def test_cuda_graph_replay(comm):
     op = get_op(comm, 384, True)
     dev = torch.device("cuda", torch.cuda.current_device())
