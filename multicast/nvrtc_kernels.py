@@ -11,6 +11,12 @@ Kernels:
   system-scope atomic (atomicAdd_system), as peers' atomics on one word must be.
 - ``rsar_mc_ld_reduce_u32(dst, mc, n)`` / ``rsar_mc_st_u32(mc, base, n)`` (sm_90+):
   ``multimem.ld_reduce.add`` / ``multimem.st`` through a multicast address.
+- ``rsar_copy_v4(dst, src, per_cta)``: CTA b copies its ``per_cta`` 16-byte words
+  ``[b * per_cta, (b + 1) * per_cta)`` (a push when dst is a peer's, a pull when src is):
+  the link rate a given number of SMs gets with thread stores or loads
+  (``scripts/link_bw.py``).
+- ``rsar_push_bulk(dst, per_cta)`` (sm_90+): the same from shared memory as 8 KB bulk
+  copies (``cp.async.bulk``), up to 4 in flight per CTA, as the fused kernel pushes.
 """
 from __future__ import annotations
 
@@ -42,6 +48,12 @@ extern "C" __global__ void rsar_copy_u32(u32* __restrict__ dst, const u32* __res
   GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
+extern "C" __global__ void rsar_copy_v4(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                                        u64 per_cta) {
+  const u64 base = (u64)blockIdx.x * per_cta;
+  for (u64 i = threadIdx.x; i < per_cta; i += blockDim.x) dst[base + i] = src[base + i];
+}
+
 extern "C" __global__ void rsar_add_sys_u32(u32* counter, u32 times) {
   for (u32 k = 0; k < times; ++k) atomicAdd_system(counter, 1u);
 }
@@ -54,6 +66,28 @@ extern "C" __global__ void rsar_mc_ld_reduce_u32(u32* __restrict__ dst, const u3
                  : "=r"(v) : "l"(mc + i) : "memory");
     dst[i] = v;
   }
+}
+
+#define RSAR_BULK 8192u
+#define RSAR_BULK_SLOTS 4u
+extern "C" __global__ void rsar_push_bulk(char* dst, u64 per_cta) {
+  __shared__ __align__(128) unsigned char ring[RSAR_BULK_SLOTS * RSAR_BULK];
+  for (u32 i = threadIdx.x; i < RSAR_BULK_SLOTS * RSAR_BULK; i += blockDim.x)
+    ring[i] = (unsigned char)(i * 131u + blockIdx.x);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const u32 s = (u32)__cvta_generic_to_shared(ring);
+  char* out = dst + (u64)blockIdx.x * per_cta;
+  u32 slot = 0;
+  for (u64 off = 0; off + RSAR_BULK <= per_cta; off += RSAR_BULK) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(out + off), "r"(s + slot * RSAR_BULK), "r"(RSAR_BULK) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 3;" ::: "memory");
+    slot = (slot + 1u) % RSAR_BULK_SLOTS;
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 extern "C" __global__ void rsar_mc_st_u32(u32* mc, u32 base, u64 n) {

@@ -3,7 +3,8 @@
 What the fused kernel relies on, checked one piece at a time: every rank's buffer is
 readable and writable from every other rank through its peer pointer, both by the copy
 engines (cuMemcpy) and by the SMs (plain loads and stores in a kernel); system-scope
-atomics from all ranks on one word add up exactly; peer copies run at NVLink speed;
+atomics from all ranks on one word add up exactly; peer copies run at NVLink speed (and
+what rate SM-issued stores, loads and bulk copies reach with a given number of SMs);
 and, only where a multicast mapping exists, multimem loads and stores reach every rank.
 
 Every check is collective: all ranks call the same checks in the same order with the
@@ -19,6 +20,7 @@ Buffer layout used (``region_bytes`` gives the size to allocate), P = pattern by
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
@@ -33,7 +35,7 @@ from .nvrtc_kernels import PTR, U32, U64, KernelModule
 __all__ = [
     "CheckResult", "PATTERN_BYTES", "region_bytes", "pattern", "device_scope",
     "load_kernels", "fabric_export", "pattern_check", "atomic_check", "bandwidth_check",
-    "multicast_check",
+    "sm_bandwidth_check", "multicast_check",
 ]
 
 PATTERN_BYTES = 1 << 20
@@ -344,6 +346,98 @@ def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
     return CheckResult("peer copy bandwidth", True, detail, value=round(low, 2), unit="GB/s",
                        data={"one_way_gbps": one_way, "concurrent_gbps": concurrent,
                              "bytes": nbytes, "iters": iters})
+
+
+SM_BW_CTAS = (8, 16, 33, 66, 99, 132)
+SM_BW_MODES = {  # name: (kernel, threads per CTA, the peer's buffer is the destination)
+    "push_stores": ("rsar_copy_v4", 512, True),
+    "pull_loads": ("rsar_copy_v4", 512, False),
+    "push_bulk": ("rsar_push_bulk", 128, True),
+}
+BULK_BYTES = 8192
+
+
+def sm_bw_split(nbytes: int, ctas: int) -> int:
+    """Bytes each of ``ctas`` CTAs moves: an equal share of ``nbytes`` in whole 8 KB bulk
+    copies (so every mode moves the same bytes)."""
+    return max(BULK_BYTES, nbytes // ctas // BULK_BYTES * BULK_BYTES)
+
+
+def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nbytes: int,
+                       ctas: tuple[int, ...] = SM_BW_CTAS, iters: int = 3,
+                       drv: Driver | None = None) -> CheckResult:
+    """GB/s one rank gets to (or from) the next rank's memory from ``ctas`` CTAs, one CTA
+    per SM: 16-byte thread stores, 16-byte thread loads, and 8 KB bulk copies from shared
+    memory (sm_90+), which is how the fused kernel pushes. Rank 0 moves the data, the
+    others wait; informational (the copy-engine figure is ``bandwidth_check``'s). ``sm``
+    needs 2 * nbytes, as for ``bandwidth_check``."""
+    drv = drv if drv is not None else default_driver()
+    if sm.world == 1:
+        return CheckResult("SM-driven peer bandwidth", None, "skipped: world of 1, no peer")
+    if kernels is None:
+        return CheckResult("SM-driven peer bandwidth", None, "skipped: no check kernels")
+    _need(sm, 2 * nbytes, "sm_bandwidth_check")
+    ctas = tuple(n for n in ctas if n * BULK_BYTES <= nbytes)  # a whole bulk copy each
+    if not ctas:
+        return CheckResult("SM-driven peer bandwidth", None,
+                           f"skipped: {nbytes} bytes is less than one bulk copy per CTA")
+    with device_scope(drv, sm.device):
+        bulk = kernels.has("rsar_push_bulk")
+    modes = {k: v for k, v in SM_BW_MODES.items() if k != "push_bulk" or all_true(bs, bulk)}
+    raw = drv.raw
+    me, peer = sm.rank, (sm.rank + 1) % sm.world
+    res: dict[str, Any] = {}
+    table: dict[str, dict[str, float]] = {m: {} for m in modes}
+
+    def setup() -> None:
+        with device_scope(drv, sm.device):
+            res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
+
+    def launch(mode: str, n: int, per_cta: int) -> None:
+        name, threads, push = modes[mode]
+        if name == "rsar_push_bulk":
+            args = [(sm.peer_ptrs[peer] + nbytes, PTR), (per_cta, U64)]
+        elif push:
+            args = [(sm.peer_ptrs[peer] + nbytes, PTR), (sm.local_ptr, PTR), (per_cta // 16, U64)]
+        else:
+            args = [(sm.local_ptr + nbytes, PTR), (sm.peer_ptrs[peer], PTR), (per_cta // 16, U64)]
+        kernels.launch(name, n, threads, args, res["stream"])
+
+    def timed(mode: str, n: int) -> None:
+        if me != 0:
+            return
+        stream, (ev0, ev1) = res["stream"], res["ev"]
+        per_cta = sm_bw_split(nbytes, n)
+        with device_scope(drv, sm.device):
+            launch(mode, n, per_cta)  # warm-up
+            drv.cuEventRecord(ev0, stream)
+            for _ in range(iters):
+                launch(mode, n, per_cta)
+            drv.cuEventRecord(ev1, stream)
+            drv.cuEventSynchronize(ev1)
+            ms = float(drv.cuEventElapsedTime(ev0, ev1))
+        table[mode][str(n)] = round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
+
+    try:
+        agree(bs, "SM bandwidth: setup", setup)
+        for mode in modes:
+            for n in ctas:
+                agree(bs, f"SM bandwidth: {mode} from {n} CTAs", lambda m=mode, n=n: timed(m, n))
+    finally:
+        if res:
+            with device_scope(drv, sm.device):
+                for ev in res.get("ev", []):
+                    drv.try_call("cuEventDestroy", ev)
+                if "stream" in res:
+                    drv.try_call("cuStreamDestroy", res["stream"])
+    table = json.loads(bs.broadcast(json.dumps(table).encode() if me == 0 else None, root=0))
+    best = max((g for row in table.values() for g in row.values()), default=0.0)
+    detail = "; ".join(f"{m}: " + ", ".join(f"{g:.0f}" for g in row.values())
+                       for m, row in table.items())
+    detail = f"GB/s rank 0 -> rank 1 from {', '.join(map(str, ctas))} CTAs: {detail}"
+    return CheckResult("SM-driven peer bandwidth", True, detail, value=best, unit="GB/s",
+                       data={"gbps": table, "bytes": nbytes, "iters": iters})
 
 
 def multicast_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,

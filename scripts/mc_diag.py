@@ -8,7 +8,8 @@ Each rank probes its host and GPU (versions, device attributes, P2P matrix, NVLi
 fabric clique through NVML, IMEX channels, allocation and multicast granularity, the
 multicast policy), then all ranks run the functional checks together: a unicast
 SymmetricMemory (RSAR_MULTICAST forced off for it) with cross-rank loads, stores and
-atomics and a peer-copy bandwidth figure; the multicast check runs only where the policy
+atomics, a peer-copy bandwidth figure and the rates SM-issued stores, loads and bulk
+copies reach from 8..132 SMs; the multicast check runs only where the policy
 allows multicast and every device supports it (the library alone creates the object).
 Rank 0 prints one table, rank-ordered, and writes the JSON if asked (``--json -``: JSON
 on stdout, the table on stderr).
@@ -272,6 +273,13 @@ def run_checks(rep: dict[str, Any], bs: Bootstrap, drv: Any, bw_bytes: int,
                     return pc.bandwidth_check(big, bs, bw_bytes, bw_iters, drv).as_dict()
 
             checks.append(_guarded("peer copy bandwidth", bandwidth))
+
+            def sm_bandwidth() -> dict[str, Any]:
+                with SymmetricMemory(2 * bw_bytes, bs, driver=drv, env=unicast_env,
+                                     device=dev) as big:
+                    return pc.sm_bandwidth_check(big, bs, kernels, bw_bytes, drv=drv).as_dict()
+
+            checks.append(_guarded("SM-driven peer bandwidth", sm_bandwidth))
         checks.append(_guarded("multicast ld_reduce/st",
                                lambda: multicast_check(rep, bs, drv, kernels)))
     finally:

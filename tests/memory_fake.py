@@ -122,8 +122,8 @@ class FakeKernels:
     def unload(self) -> None:
         pass
 
-    def has(self, name: str) -> bool:
-        return self.multimem or not name.startswith("rsar_mc_")
+    def has(self, name: str) -> bool:  # multimem and bulk copies: sm_90 and later
+        return self.multimem or not name.startswith(("rsar_mc_", "rsar_push_bulk"))
 
     def launch(self, name: str, grid: int, block: int, args: list, stream: Any = 0) -> None:
         vals = [v for v, _ in args]
@@ -137,6 +137,16 @@ class FakeKernels:
                 data[40:44] = b"\xde\xad\xbe\xef"
             dbuf, doff = f.resolve(dst, 4 * n)
             dbuf[doff:doff + 4 * n] = data
+        elif name == "rsar_copy_v4":
+            dst, src, per_cta = vals
+            n = 16 * per_cta * grid
+            sbuf, soff = f.resolve(src, n)
+            dbuf, doff = f.resolve(dst, n)
+            dbuf[doff:doff + n] = sbuf[soff:soff + n]
+        elif name == "rsar_push_bulk" and self.multimem:
+            dst, per_cta = vals
+            dbuf, doff = f.resolve(dst, per_cta * grid)
+            dbuf[doff:doff + per_cta * grid] = bytes(per_cta * grid)
         elif name == "rsar_add_sys_u32":
             counter, times = vals
             with f._lock:

@@ -363,10 +363,16 @@ def test_two_ranks_end_to_end_over_the_memory_fake(monkeypatch):
         assert checks == {
             "policy": "pass", "fabric handle export": "skip", "unicast symmetric memory": "pass",
             "peer load/store": "pass", "peer atomics": "pass", "unicast close": "pass",
-            "peer copy bandwidth": "pass", "multicast ld_reduce/st": "skip"}, rep["checks"]
+            "peer copy bandwidth": "pass", "SM-driven peer bandwidth": "pass",
+            "multicast ld_reduce/st": "skip"}, rep["checks"]
         assert "RSAR_MULTICAST=off" in rep["policy"]["decision"]
     text = mc_diag.format_table(reports)
     assert "posix_fd handles" in text and "CUDA_ERROR_NOT_PERMITTED" in text
-    assert text.splitlines()[-1] == "summary: 12 passed, 0 failed, 4 skipped -> exit 0"
+    assert text.splitlines()[-1] == "summary: 14 passed, 0 failed, 4 skipped -> exit 0"
+    sm_bw = next(c for c in reports[0]["checks"] if c["name"] == "SM-driven peer bandwidth")
+    gbps = sm_bw["data"]["gbps"]  # rank 0's figures, on every rank
+    assert sorted(gbps) == ["pull_loads", "push_bulk", "push_stores"]
+    assert all(list(row) == ["8", "16", "33", "66", "99", "132"] for row in gbps.values())
+    assert sm_bw == next(c for c in reports[1]["checks"] if c["name"] == sm_bw["name"])
     assert "cuMulticastCreate" not in fake.names()
     assert all(v == 0 for v in fake.live().values()), fake.live()
