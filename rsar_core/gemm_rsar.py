@@ -41,6 +41,12 @@ def _pair_ctas(device_index: int, sm_count: int) -> int:
     try:
         from launch.occupancy import max_active_clusters
         return 2 * max_active_clusters(device_index, 2)
+    except Exception as e:
+        log.warning("cluster occupancy probe failed (%s); asking the CuTe DSL (compiles a "
+                    "kernel)", e)
+    try:
+        from cutlass.utils import HardwareInfo
+        return 2 * HardwareInfo(device_index).get_max_active_clusters(2)
     except Exception as e:  # the 1-CTA plans are unaffected; be conservative
         log.warning("cluster occupancy query failed (%s): 2x1-cluster plans use half the SMs", e)
         return sm_count // 2
