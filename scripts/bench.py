@@ -95,10 +95,10 @@ class Bench:
         self.only = set(filter(None, args.only.split(",")))
 
     # ---------------------------------------------------------------- timing
-    def rank_median(self, ms: list[float]) -> float:
-        """Median microseconds of a column's calls, the slower rank's: ranks can differ by
-        launch skew, and a step waits for the slower."""
-        return max(self.comm.allgather(statistics.median(ms) * 1e3))
+    def rank_median(self, ms: list[float]) -> tuple[float, float]:
+        """(median microseconds, interquartile range in % of it) of a column's calls, the
+        slower rank's: ranks can differ by launch skew, and a step waits for the slower."""
+        return max(self.comm.allgather(spread(ms)))
 
     def samples(self, fn, sets: list, iters: int, warmup: int, queued: bool = True,
                 first: int = 0) -> list[float]:
@@ -268,7 +268,8 @@ class Bench:
                         print(f"  {name} failed at M={M} N={N} K={K}: {type(e).__name__}: {e}",
                               file=sys.stderr)
         # every rank takes the same columns through rank_median's allgather, in one order
-        t = {name: self.rank_median(v) for name, v in ms.items()}
+        stats = {name: self.rank_median(v) for name, v in ms.items()}
+        t = {name: us for name, (us, _) in stats.items()}
         for name in ("rsar_rs", "mm_rs"):
             if name in t:
                 t[name + "_host"] = self.host_time(cols[name][0], cols[name][1])
@@ -280,6 +281,7 @@ class Bench:
         row = dict(M=M, N=N, K=K, world=W, us=t, peer_gbps=bw,
                    bound_rs=max(gemm_best, link_rs), bound_ar=max(gemm_best, 2 * link_rs))
         row["ratios"] = _ratios(t, row)
+        row["iqr_pct"] = {name: iqr for name, (_, iqr) in stats.items()}
         return row
 
     def run(self) -> list[dict]:
@@ -342,6 +344,15 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
             op.force_own_lanes = 0
             op.push = default
     return call
+
+
+def spread(ms: list[float]) -> tuple[float, float]:
+    """(median in microseconds, interquartile range in % of the median) of per-call ms."""
+    med = statistics.median(ms)
+    if len(ms) < 4:
+        return med * 1e3, 0.0
+    q1, _, q3 = statistics.quantiles(ms, n=4)
+    return med * 1e3, round(100.0 * (q3 - q1) / med, 2) if med > 0 else 0.0
 
 
 def column_order(names: list[str], seed: int | None, M: int, N: int, K: int, *,
@@ -417,6 +428,13 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    iqr: dict[str, list[float]] = {}
+    for r in rows:
+        for c, v in r.get("iqr_pct", {}).items():
+            iqr.setdefault(c, []).append(v)
+    if iqr:  # the spread of calls within a column: how far apart two columns must be to count
+        lines.append("- interquartile range of the calls, % of the median (median over shapes): "
+                     + ", ".join(f"{c} {statistics.median(v):.1f}" for c, v in iqr.items()))
     seen = [k for r in rows for k in r["us"]]
     forced = [c for c in dict.fromkeys(seen) if c not in COLS and not c.startswith("gemm_b")
               and not c.endswith("_host")]

@@ -56,3 +56,19 @@ def test_blocks_put_every_column_after_different_columns():
             before = {o[o.index(n) - 1] if o.index(n) else None for o in orders}
             places = {o.index(n) for o in orders}
             assert len(before) >= 2 and len(places) >= 2
+
+
+def test_spread_is_median_and_interquartile_range_in_percent():
+    us, iqr = bench.spread([1.0, 1.0, 1.0, 1.0, 1.0])
+    assert us == 1000.0 and iqr == 0.0
+    us, iqr = bench.spread([0.9, 1.0, 1.0, 1.0, 1.1, 1.2, 0.8, 1.0])
+    assert us == 1000.0 and 5.0 < iqr < 20.0
+    assert bench.spread([2.0])[1] == 0.0  # too few calls for quartiles
+
+
+def test_markdown_reports_the_spread_when_rows_have_it():
+    row = {"M": 128, "N": 7168, "K": 1024, "us": {"mm": 10.0}, "bound_rs": 10.0, "ratios": {},
+           "iqr_pct": {"mm": 2.5}}
+    assert "interquartile range" in bench.markdown([row]) and "mm 2.5" in bench.markdown([row])
+    del row["iqr_pct"]  # rows of older runs
+    assert "interquartile range" not in bench.markdown([row])
