@@ -275,7 +275,7 @@ class Bench:
                 t[name + "_host"] = self.host_time(cols[name][0], cols[name][1])
         for op in ops.values():
             op.check()
-        gemm_best = min(v for k, v in t.items() if k in ("mm", "gemm_only"))
+        gemm_best = min((v for k, v in t.items() if k in ("mm", "gemm_only")), default=0.0)
         rs_bytes = M * N * 2 * (W - 1) / W
         link_rs = rs_bytes / (bw * 1e9) * 1e6 if bw else 0.0
         row = dict(M=M, N=N, K=K, world=W, us=t, peer_gbps=bw,
@@ -393,9 +393,9 @@ def _ratios(t: dict, row: dict) -> dict:
         best = min(tuned, key=tuned.get)
         r["best_tuned_vs_cublas"] = t["mm"] / tuned[best]
         r["best_tuned"] = best
-    if "rsar_rs" in t:
+    if "rsar_rs" in t and row["bound_rs"] > 0:  # no bound without a GEMM column or the link
         r["rs_over_bound"] = t["rsar_rs"] / row["bound_rs"]
-    if "rsar_ar" in t:
+    if "rsar_ar" in t and row["bound_ar"] > 0:
         r["ar_over_bound"] = t["rsar_ar"] / row["bound_ar"]
     return r
 
