@@ -136,16 +136,24 @@ class CommWarps:
             if part < Int32(self.world - 1):
                 o = (rank + Int32(1) + part) % Int32(self.world)
                 k = chunk_no
-            start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
-            end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
-            idx = k * chunk + j
-            length = end - start
-            if (k >= Int32(0)) & (idx < length):
-                if band > Int32(0):  # launch.plan.list_swizzle
-                    rows = length // tiles_n
-                    if idx < rows * tiles_n:
-                        idx = self._band_swizzle(idx, rows, tiles_n, band)
-                t = start + idx
+            t = self._list_unit(o, k, chunk, j, band, num_tiles, tiles_m, tiles_n, local_M)
+        return t
+
+    @cute.jit
+    def _list_unit(self, o, k, step, j, band, num_tiles, tiles_m, tiles_n, local_M):
+        """The unit at position ``k * step + j`` of list L_o in its band order, or -1 for a
+        negative ``k`` or past the list's end."""
+        start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
+        end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
+        idx = k * step + j
+        length = end - start
+        t = Int32(-1)
+        if (k >= Int32(0)) & (idx < length):
+            if band > Int32(0):  # launch.plan.list_swizzle
+                rows = length // tiles_n
+                if idx < rows * tiles_n:
+                    idx = self._band_swizzle(idx, rows, tiles_n, band)
+            t = start + idx
         return t
 
     @cute.jit
@@ -163,27 +171,20 @@ class CommWarps:
                  - self._unit_list_start(Int32(q), num_tiles, tiles_m, tiles_n, local_M))
             longest = cutlass.max(longest, n)
         phase_a = (longest + chunk - Int32(1)) // chunk
+        # as k * step + j: a peer part's chunk rnd; the own part's chunk rnd - lag; after
+        # phase A, whole rounds of every lane past what the own part took in phase A
         o = rank
-        idx = Int32(-1)
+        k = rnd - phase_a
+        step = peers + own
+        j = (phase_a - lag) * own + lane
         if rnd < phase_a:
             if lane < peers:
                 part = lane // chunk
                 o = (rank + Int32(1) + part) % Int32(self.world)
-                idx = rnd * chunk + lane - part * chunk
-            elif rnd >= lag:
-                idx = (rnd - lag) * own + lane - peers
-        else:
-            idx = (phase_a - lag) * own + (rnd - phase_a) * (peers + own) + lane
-        start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
-        length = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M) - start
-        t = Int32(-1)
-        if (idx >= Int32(0)) & (idx < length):
-            if band > Int32(0):  # launch.plan.list_swizzle
-                rows = length // tiles_n
-                if idx < rows * tiles_n:
-                    idx = self._band_swizzle(idx, rows, tiles_n, band)
-            t = start + idx
-        return t
+                k, step, j = rnd, chunk, lane - part * chunk
+            else:
+                k, step, j = rnd - lag, own, lane - peers
+        return self._list_unit(o, k, step, j, band, num_tiles, tiles_m, tiles_n, local_M)
 
     @cute.jit
     def _band_swizzle(self, i, rows, tiles_n, band):

@@ -284,6 +284,29 @@ def atomic_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
     return CheckResult("peer atomics", ok, detail, data={"got": got, "expected": expected})
 
 
+@contextlib.contextmanager
+def _timing(drv: Driver, bs: Bootstrap, sm: Any, what: str) -> Iterator[dict[str, Any]]:
+    """A non-blocking stream and two events on every rank (agreed), destroyed on exit."""
+    raw = drv.raw
+    res: dict[str, Any] = {}
+
+    def setup() -> None:
+        with device_scope(drv, sm.device):
+            res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
+
+    try:
+        agree(bs, f"{what}: setup", setup)
+        yield res
+    finally:
+        if res:
+            with device_scope(drv, sm.device):
+                for ev in res.get("ev", []):
+                    drv.try_call("cuEventDestroy", ev)
+                if "stream" in res:
+                    drv.try_call("cuStreamDestroy", res["stream"])
+
+
 def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
                     drv: Driver | None = None) -> CheckResult:
     """cuMemcpyDtoDAsync of ``nbytes`` from the local buffer to each peer's, timed with
@@ -293,30 +316,21 @@ def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
     if sm.world == 1:
         return CheckResult("peer copy bandwidth", None, "skipped: world of 1, no peer")
     _need(sm, 2 * nbytes, "bandwidth_check")
-    raw = drv.raw
     me, world = sm.rank, sm.world
-    res: dict[str, Any] = {}
-
-    def setup() -> None:
-        with device_scope(drv, sm.device):
-            res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
-            res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
-
-    def timed_copy(peer: int) -> float:
-        stream, (ev0, ev1) = res["stream"], res["ev"]
-        src, dst = sm.local_ptr, sm.peer_ptrs[peer] + nbytes
-        drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)  # warm-up: first use sets up paths
-        drv.cuEventRecord(ev0, stream)
-        for _ in range(iters):
-            drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
-        drv.cuEventRecord(ev1, stream)
-        drv.cuEventSynchronize(ev1)
-        ms = float(drv.cuEventElapsedTime(ev0, ev1))
-        return nbytes * iters / (ms * 1e-3) / 1e9
-
     one_way: dict[str, float] = {}
-    try:
-        agree(bs, "bandwidth: setup", setup)
+    with _timing(drv, bs, sm, "bandwidth") as res:
+        def timed_copy(peer: int) -> float:
+            stream, (ev0, ev1) = res["stream"], res["ev"]
+            src, dst = sm.local_ptr, sm.peer_ptrs[peer] + nbytes
+            drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)  # warm-up: first use sets up paths
+            drv.cuEventRecord(ev0, stream)
+            for _ in range(iters):
+                drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
+            drv.cuEventRecord(ev1, stream)
+            drv.cuEventSynchronize(ev1)
+            ms = float(drv.cuEventElapsedTime(ev0, ev1))
+            return nbytes * iters / (ms * 1e-3) / 1e9
+
         for sender in range(world):
             def send(sender: int = sender) -> None:
                 if me != sender:
@@ -332,13 +346,6 @@ def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
                 return timed_copy((me + 1) % world)
 
         concurrent = agree(bs, "bandwidth: all ranks send", all_send)
-    finally:
-        if res:
-            with device_scope(drv, sm.device):
-                for ev in res.get("ev", []):
-                    drv.try_call("cuEventDestroy", ev)
-                if "stream" in res:
-                    drv.try_call("cuStreamDestroy", res["stream"])
     low = min(one_way.values())
     detail = (", ".join(f"to rank {p}: {g:.1f} GB/s" for p, g in one_way.items())
               + f"; all ranks at once: {concurrent:.1f} GB/s each"
@@ -384,53 +391,39 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
     with device_scope(drv, sm.device):
         bulk = kernels.has("rsar_push_bulk")
     modes = {k: v for k, v in SM_BW_MODES.items() if k != "push_bulk" or all_true(bs, bulk)}
-    raw = drv.raw
     me, peer = sm.rank, (sm.rank + 1) % sm.world
-    res: dict[str, Any] = {}
     table: dict[str, dict[str, float]] = {m: {} for m in modes}
+    with _timing(drv, bs, sm, "SM bandwidth") as res:
+        def launch(mode: str, n: int, per_cta: int) -> None:
+            name, threads, push = modes[mode]
+            if name == "rsar_push_bulk":
+                args = [(sm.peer_ptrs[peer] + nbytes, PTR), (per_cta, U64)]
+            elif push:
+                args = [(sm.peer_ptrs[peer] + nbytes, PTR), (sm.local_ptr, PTR),
+                        (per_cta // 16, U64)]
+            else:
+                args = [(sm.local_ptr + nbytes, PTR), (sm.peer_ptrs[peer], PTR),
+                        (per_cta // 16, U64)]
+            kernels.launch(name, n, threads, args, res["stream"])
 
-    def setup() -> None:
-        with device_scope(drv, sm.device):
-            res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
-            res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
+        def timed(mode: str, n: int) -> None:
+            if me != 0:
+                return
+            stream, (ev0, ev1) = res["stream"], res["ev"]
+            per_cta = sm_bw_split(nbytes, n)
+            with device_scope(drv, sm.device):
+                launch(mode, n, per_cta)  # warm-up
+                drv.cuEventRecord(ev0, stream)
+                for _ in range(iters):
+                    launch(mode, n, per_cta)
+                drv.cuEventRecord(ev1, stream)
+                drv.cuEventSynchronize(ev1)
+                ms = float(drv.cuEventElapsedTime(ev0, ev1))
+            table[mode][str(n)] = round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
 
-    def launch(mode: str, n: int, per_cta: int) -> None:
-        name, threads, push = modes[mode]
-        if name == "rsar_push_bulk":
-            args = [(sm.peer_ptrs[peer] + nbytes, PTR), (per_cta, U64)]
-        elif push:
-            args = [(sm.peer_ptrs[peer] + nbytes, PTR), (sm.local_ptr, PTR), (per_cta // 16, U64)]
-        else:
-            args = [(sm.local_ptr + nbytes, PTR), (sm.peer_ptrs[peer], PTR), (per_cta // 16, U64)]
-        kernels.launch(name, n, threads, args, res["stream"])
-
-    def timed(mode: str, n: int) -> None:
-        if me != 0:
-            return
-        stream, (ev0, ev1) = res["stream"], res["ev"]
-        per_cta = sm_bw_split(nbytes, n)
-        with device_scope(drv, sm.device):
-            launch(mode, n, per_cta)  # warm-up
-            drv.cuEventRecord(ev0, stream)
-            for _ in range(iters):
-                launch(mode, n, per_cta)
-            drv.cuEventRecord(ev1, stream)
-            drv.cuEventSynchronize(ev1)
-            ms = float(drv.cuEventElapsedTime(ev0, ev1))
-        table[mode][str(n)] = round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
-
-    try:
-        agree(bs, "SM bandwidth: setup", setup)
         for mode in modes:
             for n in ctas:
                 agree(bs, f"SM bandwidth: {mode} from {n} CTAs", lambda m=mode, n=n: timed(m, n))
-    finally:
-        if res:
-            with device_scope(drv, sm.device):
-                for ev in res.get("ev", []):
-                    drv.try_call("cuEventDestroy", ev)
-                if "stream" in res:
-                    drv.try_call("cuStreamDestroy", res["stream"])
     table = json.loads(bs.broadcast(json.dumps(table).encode() if me == 0 else None, root=0))
     best = max((g for row in table.values() for g in row.values()), default=0.0)
     detail = "; ".join(f"{m}: " + ", ".join(f"{g:.0f}" for g in row.values())
