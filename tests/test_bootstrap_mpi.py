@@ -12,8 +12,8 @@ def check_exercise(res: dict, rank: int, world: int) -> None:
     assert (res["rank_seen"], res["world_seen"]) == (rank, world)
     assert res["allgather_ok"] is True
     assert res["broadcast_ok"] == [True] * world
-    # The last rank sleeps 0.4 s before the barrier; nobody may leave it earlier.
-    assert res["barrier_wait"] >= 0.35
+    # The last rank sleeps 0.4 s before the barrier; nobody may leave it before it arrives.
+    assert res["barrier_held"] is True
     assert res["allgather_rejects_str"] and res["broadcast_rejects_bad_root"]
     assert res["agree_result"] == rank * 10 + 1
     assert res["all_true_all"] is True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -38,14 +39,18 @@ def exercise(bs: Bootstrap) -> dict[str, Any]:
         bcast_ok.append(got == payload(root, size_of(root) + 7))
     out["broadcast_ok"] = bcast_ok
 
-    # The barrier must hold everybody until the last rank arrives.
+    # The barrier must hold everybody until the last rank arrives. CLOCK_MONOTONIC is one
+    # clock for every process of the host, so arrival and release times compare across
+    # ranks (a wait measured per rank would also shrink when a rank itself starts late).
     late = w - 1
     bs.barrier()
-    t0 = time.monotonic()
     if r == late:
         time.sleep(0.4)
+    arrived = time.monotonic()
     bs.barrier()
-    out["barrier_wait"] = time.monotonic() - t0
+    released = time.monotonic()
+    times = [json.loads(t) for t in bs.allgather(json.dumps([arrived, released]).encode())]
+    out["barrier_held"] = min(t[1] for t in times) >= max(t[0] for t in times)
 
     try:
         bs.allgather("not bytes")  # type: ignore[arg-type]
