@@ -236,10 +236,14 @@ class TilePlan:
             o, k = (rank + 1 + part) % self.world, rnd
         else:
             o, k = rank, rnd - self.lag
+        return self._list_unit(o, k * self.chunk + j) if k >= 0 else -1
+
+    def _list_unit(self, o: int, idx: int) -> int:
+        """The unit at position ``idx`` (>= 0) of list L_o in its band order, or -1 past
+        the list's end (the kernels' ``CommWarps._list_unit``)."""
         start = self.unit_list_start(o)
         length = self.unit_list_start(o + 1) - start
-        idx = k * self.chunk + j
-        if k < 0 or idx >= length:
+        if idx >= length:
             return -1
         return start + list_swizzle(idx, length, self.tiles_n, self.band)
 
@@ -256,11 +260,7 @@ class TilePlan:
                 return -1
         else:
             o, idx = rank, (phase_a - self.lag) * self.own_lanes + (rnd - phase_a) * self.grid + lane
-        start = self.unit_list_start(o)
-        length = self.unit_list_start(o + 1) - start
-        if idx >= length:
-            return -1
-        return start + list_swizzle(idx, length, self.tiles_n, self.band)
+        return self._list_unit(o, idx)
 
     def scheduled(self, rank: int, cta: int, rnd: int) -> int:
         """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
@@ -351,8 +351,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
               own_lanes: int = 0) -> TilePlan:
-    """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA, the
-    plain GEMM ``choose_gemm_cluster``; sm100: ``choose_sm100``);
+    """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
+    2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
+    small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
@@ -443,7 +444,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
-    longest = max(base.list_len(o) for o in range(world))
+    longest = base.longest_units
     if peers_first:
         if rotate or lag == 1:
             raise ValueError("peers_first runs with lag 0 and without rotation")
@@ -511,7 +512,7 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
     if lag and not pairs_whole(base):
         raise ValueError("lag 1 on 2x1 clusters needs pair-tiles that never straddle two owners "
                          "(RS: local_M a multiple of 256; AR: owner blocks on even tile rows)")
-    longest = max(base.unit_list_start(o + 1) - base.unit_list_start(o) for o in range(world))
+    longest = base.longest_units
     chunk = max(1, min(clusters // world, longest))
     return replace(base, grid=2 * world * chunk, chunk=chunk,
                    rounds=ceil_div(max(longest, 1), chunk) + lag, lag=lag)
