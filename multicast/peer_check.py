@@ -361,6 +361,8 @@ SM_BW_MODES = {  # name: (kernel, threads per CTA, the peer's buffer is the dest
     "pull_loads": ("rsar_copy_v4", 512, False),
     "push_bulk": ("rsar_push_bulk", 128, True),
 }
+SM_BW_BOTH_MODES = ("push_stores", "push_bulk")
+SM_BW_BOTH_CTAS = (66, 132)
 BULK_BYTES = 8192
 
 
@@ -406,9 +408,7 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
                         (per_cta // 16, U64)]
             kernels.launch(name, n, threads, args, res["stream"])
 
-        def timed(mode: str, n: int) -> None:
-            if me != 0:
-                return
+        def gbps(mode: str, n: int) -> float:
             stream, (ev0, ev1) = res["stream"], res["ev"]
             per_cta = sm_bw_split(nbytes, n)
             with device_scope(drv, sm.device):
@@ -419,18 +419,37 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
                 drv.cuEventRecord(ev1, stream)
                 drv.cuEventSynchronize(ev1)
                 ms = float(drv.cuEventElapsedTime(ev0, ev1))
-            table[mode][str(n)] = round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
+            return round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
+
+        def one_way(mode: str, n: int) -> None:
+            if me == 0:
+                table[mode][str(n)] = gbps(mode, n)
 
         for mode in modes:
             for n in ctas:
-                agree(bs, f"SM bandwidth: {mode} from {n} CTAs", lambda m=mode, n=n: timed(m, n))
+                agree(bs, f"SM bandwidth: {mode} from {n} CTAs", lambda m=mode, n=n: one_way(m, n))
+        # every rank pushing to the next at once, as the fused kernel's exchange does: the
+        # slowest rank's rate (a link that is full-duplex for copies may not be for SM writes)
+        both: dict[str, dict[str, float]] = {}
+        for mode in (m for m in SM_BW_BOTH_MODES if m in modes):
+            for n in (c for c in SM_BW_BOTH_CTAS if c in ctas):
+                bs.barrier()
+                got = agree(bs, f"SM bandwidth: {mode} from {n} CTAs, all ranks",
+                            lambda m=mode, n=n: gbps(m, n))
+                rates = [float(b) for b in bs.allgather(repr(got).encode())]
+                both.setdefault(mode, {})[str(n)] = min(rates)
     table = json.loads(bs.broadcast(json.dumps(table).encode() if me == 0 else None, root=0))
     best = max((g for row in table.values() for g in row.values()), default=0.0)
     detail = "; ".join(f"{m}: " + ", ".join(f"{g:.0f}" for g in row.values())
                        for m, row in table.items())
     detail = f"GB/s rank 0 -> rank 1 from {', '.join(map(str, ctas))} CTAs: {detail}"
+    if both:
+        detail += "; all ranks at once, each (slowest rank): " + "; ".join(
+            f"{m} " + ", ".join(f"{g:.0f} from {n}" for n, g in row.items())
+            for m, row in both.items())
     return CheckResult("SM-driven peer bandwidth", True, detail, value=best, unit="GB/s",
-                       data={"gbps": table, "bytes": nbytes, "iters": iters})
+                       data={"gbps": table, "all_ranks_gbps": both, "bytes": nbytes,
+                             "iters": iters})
 
 
 def multicast_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
