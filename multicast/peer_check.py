@@ -360,8 +360,10 @@ SM_BW_MODES = {  # name: (kernel, threads per CTA, the peer's buffer is the dest
     "push_stores": ("rsar_copy_v4", 512, True),
     "pull_loads": ("rsar_copy_v4", 512, False),
     "push_bulk": ("rsar_push_bulk", 128, True),
+    "push_tiles": ("rsar_push_tiles", 128, True),
 }
-SM_BW_BOTH_MODES = ("push_stores", "push_bulk")
+SM_BW_BOTH_MODES = ("push_stores", "push_bulk", "push_tiles")
+SM_BW_TILE_BYTES = 65536  # push_tiles: a 128 x 256 bf16 tile, the fused kernel's unit
 SM_BW_BOTH_CTAS = (66, 132)
 BULK_BYTES = 8192
 
@@ -392,7 +394,8 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
                            f"skipped: {nbytes} bytes is less than one bulk copy per CTA")
     with device_scope(drv, sm.device):
         bulk = kernels.has("rsar_push_bulk")
-    modes = {k: v for k, v in SM_BW_MODES.items() if k != "push_bulk" or all_true(bs, bulk)}
+    bulk = all_true(bs, bulk)
+    modes = {k: v for k, v in SM_BW_MODES.items() if v[0] == "rsar_copy_v4" or bulk}
     me, peer = sm.rank, (sm.rank + 1) % sm.world
     table: dict[str, dict[str, float]] = {m: {} for m in modes}
     with _timing(drv, bs, sm, "SM bandwidth") as res:
@@ -400,6 +403,9 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
             name, threads, push = modes[mode]
             if name == "rsar_push_bulk":
                 args = [(sm.peer_ptrs[peer] + nbytes, PTR), (per_cta, U64)]
+            elif name == "rsar_push_tiles":  # flags: the first words of the peer's source half
+                args = [(sm.peer_ptrs[peer] + nbytes, PTR), (sm.peer_ptrs[peer], PTR),
+                        (per_cta, U64), (SM_BW_TILE_BYTES, U32)]
             elif push:
                 args = [(sm.peer_ptrs[peer] + nbytes, PTR), (sm.local_ptr, PTR),
                         (per_cta // 16, U64)]
