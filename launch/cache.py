@@ -17,7 +17,7 @@ log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
-TUNING = ("epi_slots", "peers_first", "uneven", "trace")
+TUNING = ("epi_slots", "peers_first", "trace")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,6 @@ class Variant:
     push: str = "lsu"  # how partials reach peers: "lsu" (thread stores), "tma" (bulk copies),
     # "tma_all" (AR's reduced tiles as bulk copies too)
     peers_first: int = 0  # 1: the peers-first schedule (plans with peers_first)
-    uneven: int = 0  # 1: uneven parts (plans with own_lanes)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

@@ -4,10 +4,10 @@ A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-t
 shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
 order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
-(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, ``uneven``, default 1 /
-False). Everything here - the round
-schedule, tile classes, receive slots, pushes, waits, reductions, stamps, the AR copy-out -
-is independent of how the tile was computed (wgmma on sm90, tcgen05 on sm100).
+(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, default 1 / False).
+Everything here - the round schedule, tile classes, receive slots, pushes, waits, reductions,
+stamps, the AR copy-out - is independent of how the tile was computed (wgmma on sm90, tcgen05
+on sm100).
 """
 from __future__ import annotations
 
@@ -48,8 +48,6 @@ class CommWarps:
     bulk_results = False
     # True: the peers-first schedule (``TilePlan.peers_first``)
     peers_first = False
-    # True: uneven parts (``TilePlan.own_lanes``), the own part's lanes in the schedule word
-    uneven = False
     # True: record event times (``launch.trace``)
     trace = False
 
@@ -114,13 +112,10 @@ class CommWarps:
                 t = Int32(-1)
             if (band > Int32(0)) & (t >= Int32(0)):
                 t = self._band_swizzle(t, units_m, tiles_n, band)
-        elif cutlass.const_expr(self.uneven):
-            t = self._uneven_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                  local_M)
         else:
             # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bits 8-15 the
-            # band); the peers-first and uneven orders are compiled in (their variants only)
-            # so the default ones stay as they are
+            # band); the peers-first order is compiled in (its variants only) so the default
+            # ones stay as they are
             chunk_no = rnd  # which chunk of its list a lane works on
             if cutlass.const_expr(self.peers_first):
                 part = rnd % Int32(self.world)
@@ -155,36 +150,6 @@ class CommWarps:
                     idx = self._band_swizzle(idx, rows, tiles_n, band)
             t = start + idx
         return t
-
-    @cute.jit
-    def _uneven_unit(self, rank, lane, rnd, chunk, sched, num_tiles, tiles_m, tiles_n, local_M):
-        """``TilePlan._uneven_unit``: peer parts of ``chunk`` lanes, an own part of
-        ``sched`` bits 16-23 lanes, until the longest list's peer chunks are out; then every
-        lane on the rest of the own list."""
-        own = (sched >> Int32(16)) & Int32(255)
-        lag = sched & Int32(1)
-        band = (sched >> Int32(8)) & Int32(255)
-        peers = Int32(self.world - 1) * chunk
-        longest = Int32(0)
-        for q in cutlass.range_constexpr(self.world):
-            n = (self._unit_list_start(Int32(q + 1), num_tiles, tiles_m, tiles_n, local_M)
-                 - self._unit_list_start(Int32(q), num_tiles, tiles_m, tiles_n, local_M))
-            longest = cutlass.max(longest, n)
-        phase_a = (longest + chunk - Int32(1)) // chunk
-        # as k * step + j: a peer part's chunk rnd; the own part's chunk rnd - lag; after
-        # phase A, whole rounds of every lane past what the own part took in phase A
-        o = rank
-        k = rnd - phase_a
-        step = peers + own
-        j = (phase_a - lag) * own + lane
-        if rnd < phase_a:
-            if lane < peers:
-                part = lane // chunk
-                o = (rank + Int32(1) + part) % Int32(self.world)
-                k, step, j = rnd, chunk, lane - part * chunk
-            else:
-                k, step, j = rnd - lag, own, lane - peers
-        return self._list_unit(o, k, step, j, band, num_tiles, tiles_m, tiles_n, local_M)
 
     @cute.jit
     def _band_swizzle(self, i, rows, tiles_n, band):

@@ -44,15 +44,6 @@ K > 1024; on 2x H200 RS up to 13% faster at K=9216, docs/PERF.md (d)). The band 
 positions inside a list only, so which round handles which position, and with it the wait
 argument above, is unchanged.
 
-Uneven parts (``own_lanes``; 1-CTA, off by default)
-The peer parts get ``chunk`` lanes each and the own part only ``own_lanes`` (<= chunk), so
-more SMs push at once while the peers' lists last (``A = ceil(longest / chunk)`` rounds);
-after that every lane works on the rest of the own list: round k >= A takes positions
-``(A - lag) * own_lanes + (k - A) * grid + lane``. An own position i is reduced no earlier
-than round ``i // own_lanes + lag`` and pushed by the peer in round ``i // chunk``, which is no
-later: the wait argument above holds. Meant for link-bound shapes, where the pushing half of
-the SMs sets the rate (docs/PERF.md (c): ~4 GB/s per pushing SM).
-
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
 L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
@@ -147,14 +138,12 @@ class TilePlan:
     rotate: bool = False
     peers_first: bool = False
     band: int = 0
-    own_lanes: int = 0  # > 0: uneven parts (module docstring); 0: every part has chunk lanes
 
     @property
     def sched_word(self) -> int:
         """The schedule's launch argument: bit 0 the lag, bit 1 part rotation, bits 8-15
-        the band, bits 16-23 the own part's lanes of uneven parts (the peers-first and the
-        uneven orders are compiled into their kernel variants)."""
-        return self.lag | (int(self.rotate) << 1) | (self.band << 8) | (self.own_lanes << 16)
+        the band (the peers-first order is compiled into its kernel variants)."""
+        return self.lag | (int(self.rotate) << 1) | (self.band << 8)
 
     @property
     def longest_units(self) -> int:
@@ -225,8 +214,6 @@ class TilePlan:
             if u >= self.num_units:
                 return -1
             return band_swizzle(u, self.pairs_m, self.tiles_n, self.band)
-        if self.own_lanes:
-            return self._uneven_unit(rank, lane, rnd)
         part, j = divmod(lane, self.chunk)
         if self.rotate:
             part = (part + rnd) % self.world
@@ -246,21 +233,6 @@ class TilePlan:
         if idx >= length:
             return -1
         return start + list_swizzle(idx, length, self.tiles_n, self.band)
-
-    def _uneven_unit(self, rank: int, lane: int, rnd: int) -> int:
-        """``scheduled_unit`` with uneven parts (module docstring)."""
-        peers = (self.world - 1) * self.chunk
-        phase_a = ceil_div(self.longest_units, self.chunk)
-        if rnd < phase_a and lane < peers:
-            part, j = divmod(lane, self.chunk)
-            o, idx = (rank + 1 + part) % self.world, rnd * self.chunk + j
-        elif rnd < phase_a:
-            o, idx = rank, (rnd - self.lag) * self.own_lanes + lane - peers
-            if rnd < self.lag:
-                return -1
-        else:
-            o, idx = rank, (phase_a - self.lag) * self.own_lanes + (rnd - phase_a) * self.grid + lane
-        return self._list_unit(o, idx)
 
     def scheduled(self, rank: int, cta: int, rnd: int) -> int:
         """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
@@ -349,8 +321,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
-              peers_first: bool | None = None, band: int | None = None,
-              own_lanes: int = 0) -> TilePlan:
+              peers_first: bool | None = None, band: int | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -362,22 +333,13 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``peers_first``: every lane computes peers' tiles, then its own (see the module
     docstring; 1-CTA fused schedules, lag 0, no rotation); None: ``choose_small_m`` decides
     for sm90 plans nothing else was forced on. ``band``: unit rows per band of the order
-    inside each list (0: row-major; None: ``choose_band``). ``own_lanes`` > 0: uneven parts
-    (module docstring; 1-CTA fused plans, experiments): the own part gets that many lanes
-    (at most what each peer part gets) and the peer parts the rest of the SMs."""
+    inside each list (0: row-major; None: ``choose_band``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
-    if own_lanes:
-        if mode == "gemm" or cta_group == 2 or rotate or peers_first or arch in BLACKWELL:
-            raise ValueError("uneven parts are a 1-CTA sm90 fused schedule, without rotation "
-                             "or the peers-first order")
-        cta_group, peers_first = 1, False
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first)
-    if own_lanes:
-        plan = _uneven(plan, own_lanes, lag)
     return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
 
 
@@ -460,27 +422,6 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         raise ValueError(f"lag must be 0 or 1, got {lag}")
     return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
                    rotate=rotate)
-
-
-def _uneven(p: TilePlan, own_lanes: int, lag: int | None) -> TilePlan:
-    """``p`` (a 1-CTA fused plan) with uneven parts: ``own_lanes`` lanes on the own list, the
-    rest of the SMs split over the peers' lists (module docstring)."""
-    if not (isinstance(own_lanes, int) and 0 < own_lanes <= 255):
-        raise ValueError(f"own_lanes must be an int in [1, 255], got {own_lanes!r}")
-    longest = p.longest_units
-    peer_lanes = (p.sm_count - own_lanes) // (p.world - 1)
-    if own_lanes > peer_lanes:
-        raise ValueError(f"own_lanes={own_lanes} leaves each peer part {peer_lanes} lanes of "
-                         f"{p.sm_count} SMs; uneven parts give the peers at least as many")
-    chunk = max(1, min(peer_lanes, longest))
-    own = min(own_lanes, chunk)
-    phase_a = ceil_div(longest, chunk)
-    if lag is None:
-        lag = 1 if phase_a >= 3 else 0
-    grid = (p.world - 1) * chunk + own
-    rest = max(0, longest - (phase_a - lag) * own)
-    return replace(p, grid=grid, chunk=chunk, lag=lag, own_lanes=own,
-                   rounds=phase_a + ceil_div(rest, grid))
 
 
 def pairs_whole(p: TilePlan) -> bool:

@@ -59,7 +59,7 @@ class Sm90FusedKernel(CommWarps):
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
-                 peers_first: int = 0, uneven: int = 0, trace: int = 0) -> None:
+                 peers_first: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -68,8 +68,7 @@ class Sm90FusedKernel(CommWarps):
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
         "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
         ``peers_first`` (compiled in; launching such a plan on another variant would mix
-        orders); ``uneven`` likewise for plans with ``own_lanes``. ``trace``: record event
-        times (``launch.trace``)."""
+        orders). ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -83,9 +82,6 @@ class Sm90FusedKernel(CommWarps):
         self.tma_push = push in ("tma", "tma_all")
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
-        self.uneven = bool(uneven)
-        if self.uneven and (self.peers_first or cta_group != 1 or mode == "gemm"):
-            raise ValueError("uneven parts are a 1-CTA fused schedule without peers-first")
         self.trace = bool(trace)
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group

@@ -99,7 +99,6 @@ class GemmRsAr:
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 224 or 256)
         self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
-        self.force_own_lanes = 0  # > 0: uneven parts, the own part's lanes (launch.plan)
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -159,8 +158,7 @@ class GemmRsAr:
                          pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
                          rotate=self.force_rotate, peers_first=self.force_peers_first,
-                         band=self.force_band if band is None else band,
-                         own_lanes=self.force_own_lanes if mode != "gemm" else 0)
+                         band=self.force_band if band is None else band)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -199,8 +197,8 @@ class GemmRsAr:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
-               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_own_lanes, push, trace)
+               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band, push,
+               trace)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -209,8 +207,7 @@ class GemmRsAr:
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
-                                   peers_first=int(plan.peers_first),
-                                   uneven=int(plan.own_lanes > 0), trace=trace))
+                                   peers_first=int(plan.peers_first), trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -66,8 +66,7 @@ def parse() -> argparse.Namespace:
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
                         "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
-                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), with uneven parts "
-                        "of 20 / 33 / 44 own lanes (rs_own<n> / ar_own<n>)")
+                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
@@ -241,10 +240,6 @@ class Bench:
                 for bn in (128, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
-            for m in ("rs", "ar"):  # uneven parts: more SMs push while peers' lists last
-                for own in (20, 33, 44):
-                    cols[f"{m}_own{own}"] = (_forced(ops[m], None, None, ops[m], push=ops[m].push,
-                                                     peers_first=None, own_lanes=own), sets)
             for bn in (128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
@@ -327,21 +322,18 @@ class Bench:
 
 
 def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False,
-            push: str = "lsu", peers_first: bool | None = False, bn: int | None = None,
-            own_lanes: int = 0):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation, the
-    peers-first order or uneven parts; the tile width; how partials are pushed) for the
-    call."""
+            push: str = "lsu", peers_first: bool | None = False, bn: int | None = None):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation or the
+    peers-first order; the tile width; how partials are pushed) for the call."""
     def call(x, w):
         default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
-        op.force_peers_first, op.force_bn, op.force_own_lanes = peers_first, bn, own_lanes
+        op.force_peers_first, op.force_bn = peers_first, bn
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
             op.force_rotate = False
-            op.force_own_lanes = 0
             op.push = default
     return call
 
@@ -442,8 +434,7 @@ def markdown(rows: list[dict]) -> str:
     if forced:
         lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, rot rotated "
                   "parts, tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
-                  "b<n> bands of n unit rows (b0: row-major), rnd the round order, own<n> "
-                  "uneven parts with n own lanes:", "",
+                  "b<n> bands of n unit rows (b0: row-major), rnd the round order:", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
         for r in rows:
             cells = [str(r["M"]), str(r["N"]), str(r["K"])]

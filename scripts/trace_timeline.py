@@ -35,8 +35,6 @@ def main() -> int:
     p.add_argument("--mode", nargs="+", default=["rs", "ar"], choices=["rs", "ar"])
     p.add_argument("--bn", type=int, default=None, help="force the tile width")
     p.add_argument("--peers-first", action="store_true")
-    p.add_argument("--own-lanes", type=int, default=0, metavar="N",
-                   help="uneven parts: N lanes on the own list, the rest on the peers' lists")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
@@ -56,7 +54,6 @@ def main() -> int:
     for mode in a.mode:
         op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
-        op.force_own_lanes = a.own_lanes
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)

@@ -123,7 +123,7 @@ class FakeKernels:
         pass
 
     def has(self, name: str) -> bool:  # multimem and bulk copies: sm_90 and later
-        return self.multimem or not name.startswith(("rsar_mc_", "rsar_push_bulk"))
+        return self.multimem or not name.startswith(("rsar_mc_", "rsar_push_"))
 
     def launch(self, name: str, grid: int, block: int, args: list, stream: Any = 0) -> None:
         vals = [v for v, _ in args]
@@ -147,6 +147,13 @@ class FakeKernels:
             dst, per_cta = vals
             dbuf, doff = f.resolve(dst, per_cta * grid)
             dbuf[doff:doff + per_cta * grid] = bytes(per_cta * grid)
+        elif name == "rsar_push_tiles" and self.multimem:
+            dst, flags, per_cta, tile_bytes = vals
+            dbuf, doff = f.resolve(dst, per_cta * grid)
+            dbuf[doff:doff + per_cta * grid] = bytes(per_cta * grid)
+            fbuf, foff = f.resolve(flags, 128 * grid)
+            for b in range(grid):  # each CTA's flag word holds its last stamp
+                fbuf[foff + 128 * b:foff + 128 * b + 4] = (per_cta // tile_bytes).to_bytes(4, "little")
         elif name == "rsar_add_sys_u32":
             counter, times = vals
             with f._lock:

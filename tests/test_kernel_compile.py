@@ -36,9 +36,6 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
     Variant("sm_90a", 256, 2, "gemm", "unicast", 2, push="tma"),
-    # uneven parts (more SMs push while the peers' lists last)
-    Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", uneven=1),
-    Variant("sm_90a", 224, 4, "ar", "unicast", push="tma_all", uneven=1),
 ]
 
 

@@ -371,8 +371,12 @@ def test_two_ranks_end_to_end_over_the_memory_fake(monkeypatch):
     assert text.splitlines()[-1] == "summary: 14 passed, 0 failed, 4 skipped -> exit 0"
     sm_bw = next(c for c in reports[0]["checks"] if c["name"] == "SM-driven peer bandwidth")
     gbps = sm_bw["data"]["gbps"]  # rank 0's figures, on every rank
-    assert sorted(gbps) == ["pull_loads", "push_bulk", "push_stores"]
+    assert sorted(gbps) == ["pull_loads", "push_bulk", "push_stores", "push_tiles"]
     assert all(list(row) == ["8", "16", "33", "66", "99", "132"] for row in gbps.values())
+    both = sm_bw["data"]["all_ranks_gbps"]  # every rank pushing at once, the slowest rank
+    assert sorted(both) == ["push_bulk", "push_stores", "push_tiles"]
+    assert all(list(row) == ["66", "132"] and min(row.values()) > 0 for row in both.values())
+    assert "all ranks at once" in sm_bw["detail"]
     assert sm_bw == next(c for c in reports[1]["checks"] if c["name"] == sm_bw["name"])
     assert "cuMulticastCreate" not in fake.names()
     assert all(v == 0 for v in fake.live().values()), fake.live()

@@ -122,23 +122,6 @@ def test_pairs_with_lag_round(comm, M, K, ar):
         op.force_cta_group = op.force_lag = None
 
 
-@pytest.mark.parametrize("own", [20, 44])
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("N", [384, 7168])
-@pytest.mark.parametrize("K", [64, 1024])
-@pytest.mark.parametrize("M", [1, 129, 1000, 4096, 8191])
-def test_uneven_parts(comm, M, N, K, ar, own):
-    """Uneven parts: more lanes on the peers' lists, then every lane on the own list."""
-    op = get_op(comm, N, ar)
-    op.force_own_lanes = own
-    try:
-        p = op.plan(M, K)
-        assert 0 < p.own_lanes <= own and p.own_lanes <= p.chunk and p.cta_group == 1
-        check(op, seed=M * 13 + K * 7 + N + own + int(ar), M=M, K=K)
-    finally:
-        op.force_own_lanes = 0
-
-
 @pytest.mark.parametrize("band", [None, 0, 4])
 @pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
@@ -160,8 +143,7 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3",
-                                   "uneven"])
+@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3"])
 def test_back_to_back_random_M_bitwise(comm, order, ar):
     """2000 queued calls of random M (plans of every kind, one after another, no host sync
     between them); now and then a recomputation must match bitwise."""
@@ -170,9 +152,7 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     op = get_op(comm, 384, ar)
     op.force_peers_first, op.force_bn, op.force_band = {
         "default": (None, None, None), "round": (False, None, None), "pf": (True, None, None),
-        "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3),
-        "uneven": (None, None, None)}[order]
-    op.force_own_lanes = 33 if order == "uneven" else 0
+        "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3)}[order]
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(1234)  # same on every rank: the op is collective
     K = 256
@@ -197,7 +177,6 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
                              f"{recent}") from e
     finally:
         op.force_peers_first = op.force_bn = op.force_band = None
-        op.force_own_lanes = 0
     assert checks > 5
 
 
