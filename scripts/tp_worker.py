@@ -588,11 +588,16 @@ def main(argv: list[str] | None = None) -> int:
         if say_rank == 0:
             print(msg, flush=True)
 
+    def cannot_run() -> int:
+        # Only the printing rank fails: torchrun and mpiexec stop every worker once one exits
+        # non-zero, which could kill the printing rank before it has said why.
+        return EXIT_CANNOT_RUN if say_rank == 0 else 0
+
     try:
         import torch
     except ImportError as e:
         say(f"{PREFIX} torch is not installed ({e}); pip install -e . first")
-        return EXIT_CANNOT_RUN
+        return cannot_run()
 
     world = launcher_world(tr)
     local_world = launcher_local_world(tr)
@@ -609,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     why = why or size_problem(args.hidden, args.inter, args.tokens, world)
     if why:
         say(why)  # every rank sees the same host and launch, so every rank stops here alike
-        return EXIT_CANNOT_RUN
+        return cannot_run()
 
     import torch.distributed as dist
     mpi_comm = None
