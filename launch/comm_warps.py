@@ -48,6 +48,8 @@ class CommWarps:
     bulk_results = False
     # True: the peers-first schedule (``TilePlan.peers_first``)
     peers_first = False
+    # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
+    pair_n = False
     # True: record event times (``launch.trace``)
     trace = False
 
@@ -89,7 +91,9 @@ class CommWarps:
         s = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
         if o == Int32(self.world):
             s = num_tiles
-        if cutlass.const_expr(self.cta_group == 2):
+        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
+            s = (s + Int32(1)) // Int32(2)
+        elif cutlass.const_expr(self.cta_group == 2):
             pm = s // (Int32(2) * tiles_n)
             rem = s - pm * Int32(2) * tiles_n
             s = pm * tiles_n + cutlass.min(rem, tiles_n)
@@ -100,8 +104,12 @@ class CommWarps:
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
         round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``)."""
         units_m = tiles_m  # rows of units: tile rows, or pair-tile rows
+        units_n = tiles_n  # units per row: tiles, or pairs of tiles along N
         num_units = num_tiles
-        if cutlass.const_expr(self.cta_group == 2):
+        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
+            units_n = tiles_n // Int32(2)
+            num_units = units_m * units_n
+        elif cutlass.const_expr(self.cta_group == 2):
             units_m = (tiles_m + Int32(1)) // Int32(2)
             num_units = units_m * tiles_n
         t = Int32(-1)
@@ -111,7 +119,7 @@ class CommWarps:
             if t >= num_units:
                 t = Int32(-1)
             if (band > Int32(0)) & (t >= Int32(0)):
-                t = self._band_swizzle(t, units_m, tiles_n, band)
+                t = self._band_swizzle(t, units_m, units_n, band)
         else:
             # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bits 8-15 the
             # band); the peers-first order is compiled in (its variants only) so the default
@@ -143,11 +151,14 @@ class CommWarps:
         idx = k * step + j
         length = end - start
         t = Int32(-1)
+        units_n = tiles_n
+        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
+            units_n = tiles_n // Int32(2)
         if (k >= Int32(0)) & (idx < length):
             if band > Int32(0):  # launch.plan.list_swizzle
-                rows = length // tiles_n
-                if idx < rows * tiles_n:
-                    idx = self._band_swizzle(idx, rows, tiles_n, band)
+                rows = length // units_n
+                if idx < rows * units_n:
+                    idx = self._band_swizzle(idx, rows, units_n, band)
             t = start + idx
         return t
 
@@ -173,7 +184,10 @@ class CommWarps:
         else:
             u = self._scheduled_unit(rank, cta // Int32(2), rnd, chunk, lag, num_tiles, tiles_m,
                                      tiles_n, local_M)
-            if u >= Int32(0):
+            if cutlass.const_expr(self.pair_n):
+                if u >= Int32(0):
+                    t = Int32(2) * u + (cta - (cta // Int32(2)) * Int32(2))
+            elif u >= Int32(0):
                 pm = u // tiles_n
                 tn = u - pm * tiles_n
                 tm = Int32(2) * pm + (cta - (cta // Int32(2)) * Int32(2))

@@ -36,6 +36,14 @@ straddles two owners (``pairs_whole``: RS with local_M a multiple of 256, AR wit
 blocks on even tile rows) the lag round is allowed, with the 1-CTA schedule's argument;
 ``choose_fused_cluster`` picks it for long-K, large-M fused plans on sm90.
 
+Pairs along N (``pair_n``; sm90 2x1 clusters, opt-in)
+The two CTAs of a cluster compute tiles t = 2u and 2u + 1 of one tile row (``tiles_n``
+even), sharing x's tile by TMA multicast instead of w's. Unit u = t // 2, so a unit never
+leaves its tile row: an RS list (whole tile rows) holds whole pairs, and the lag round is
+allowed as for 1-CTA tiles; an AR owner block that starts on an odd tile leaves one pair
+straddling two owners, which is what the lag-0 argument above covers. Meant for small M with
+long K, where every CTA of a 1-CTA plan re-reads x's whole tile row from L2.
+
 Bands (``band``)
 Within each list, lanes take units in bands of ``band`` unit rows, down a band's rows before
 moving one column right (``list_swizzle``), instead of row-major. The lanes of a round then
@@ -138,6 +146,7 @@ class TilePlan:
     rotate: bool = False
     peers_first: bool = False
     band: int = 0
+    pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
 
     @property
     def sched_word(self) -> int:
@@ -153,12 +162,17 @@ class TilePlan:
 
     @property
     def pairs_m(self) -> int:
-        """Rows of schedule units: tile rows (1-CTA) or pair-tile rows (2-CTA)."""
-        return ceil_div(self.tiles_m, self.cta_group)
+        """Rows of schedule units: tile rows (1-CTA, pairs along N) or pair-tile rows."""
+        return self.tiles_m if self.pair_n else ceil_div(self.tiles_m, self.cta_group)
+
+    @property
+    def units_n(self) -> int:
+        """Schedule units per unit row: tiles, or pairs of tiles along N."""
+        return self.tiles_n // 2 if self.pair_n else self.tiles_n
 
     @property
     def num_units(self) -> int:
-        return self.pairs_m * self.tiles_n
+        return self.pairs_m * self.units_n
 
     @property
     def tile_bytes(self) -> int:
@@ -204,6 +218,8 @@ class TilePlan:
         s = self.list_start(o) if o < self.world else self.num_tiles
         if self.cta_group == 1:
             return s
+        if self.pair_n:
+            return ceil_div(s, 2)
         pm, rem = divmod(s, 2 * self.tiles_n)
         return pm * self.tiles_n + min(rem, self.tiles_n)
 
@@ -213,7 +229,7 @@ class TilePlan:
             u = rnd * self.chunk + lane
             if u >= self.num_units:
                 return -1
-            return band_swizzle(u, self.pairs_m, self.tiles_n, self.band)
+            return band_swizzle(u, self.pairs_m, self.units_n, self.band)
         part, j = divmod(lane, self.chunk)
         if self.rotate:
             part = (part + rnd) % self.world
@@ -232,7 +248,7 @@ class TilePlan:
         length = self.unit_list_start(o + 1) - start
         if idx >= length:
             return -1
-        return start + list_swizzle(idx, length, self.tiles_n, self.band)
+        return start + list_swizzle(idx, length, self.units_n, self.band)
 
     def scheduled(self, rank: int, cta: int, rnd: int) -> int:
         """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
@@ -241,6 +257,8 @@ class TilePlan:
         u = self.scheduled_unit(rank, cta // 2, rnd)
         if u < 0:
             return -1
+        if self.pair_n:
+            return 2 * u + cta % 2
         pm, tn = divmod(u, self.tiles_n)
         tm = 2 * pm + cta % 2
         return tm * self.tiles_n + tn if tm < self.tiles_m else -1
@@ -321,7 +339,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
-              peers_first: bool | None = None, band: int | None = None) -> TilePlan:
+              peers_first: bool | None = None, band: int | None = None,
+              pair_n: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -333,23 +352,30 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``peers_first``: every lane computes peers' tiles, then its own (see the module
     docstring; 1-CTA fused schedules, lag 0, no rotation); None: ``choose_small_m`` decides
     for sm90 plans nothing else was forced on. ``band``: unit rows per band of the order
-    inside each list (0: row-major; None: ``choose_band``)."""
+    inside each list (0: row-major; None: ``choose_band``). ``pair_n``: 2x1 clusters that
+    pair tiles along N and share x's tile (module docstring; sm90, opt-in)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
+    if pair_n:
+        if arch in BLACKWELL or cta_group == 1 or rotate or peers_first:
+            raise ValueError("pairs along N are sm90 2x1-cluster plans, without rotation or "
+                             "the peers-first order")
+        cta_group, peers_first = 2, False
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
-                      pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first)
+                      pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
+                      pair_n=pair_n)
     return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
 
 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
-               rotate: bool, peers_first: bool | None) -> TilePlan:
+               rotate: bool, peers_first: bool | None, pair_n: bool = False) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = (bn is None and cta_group is None and lag is None and not rotate
-                and arch not in BLACKWELL)
+                and arch not in BLACKWELL and not pair_n)
     if unforced and mode == "gemm":
         cg0 = choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
@@ -374,7 +400,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                 try:
                     options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
-                                              rotate=rotate, peers_first=peers_first))
+                                              rotate=rotate, peers_first=peers_first,
+                                              pair_n=pair_n))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
@@ -395,7 +422,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         if peers_first:
             raise ValueError("peers_first is a 1-CTA schedule; the pair schedule has no such order")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag)
+        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n)
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     num_tiles = tiles_m * tiles_n
@@ -426,35 +453,43 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
 
 def pairs_whole(p: TilePlan) -> bool:
     """No pair-tile holds tiles of two owners: every list starts on an even tile row (RS:
-    no tile row is shared either)."""
+    no tile row is shared either); with pairs along N, on an even tile."""
+    if p.pair_n:
+        return p.mode != "ar" or all(p.ar_start(o) % 2 == 0 for o in range(1, p.world))
     if p.mode == "rs":
         return p.local_M % (2 * BM) == 0
     return all(p.ar_start(o) % (2 * p.tiles_n) == 0 for o in range(1, p.world))
 
 
 def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
-                    bn: int, lag: int | None = None) -> TilePlan:
+                    bn: int, lag: int | None = None, pair_n: bool = False) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring)."""
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
+    if pair_n and tiles_n % 2:
+        raise ValueError(f"pairs along N need an even number of tile columns; N={N} has "
+                         f"{tiles_n} of {bn}")
     padded_M = ceil_div(M, world) * world
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
                     padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    cluster_mn=(2, 1), cta_group=2)
+                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n)
     clusters = max(1, sm_count // 2)
     if mode == "gemm":
         lanes = min(base.num_units, clusters)
         return replace(base, grid=2 * lanes, chunk=lanes, rounds=ceil_div(base.num_units, lanes))
+    longest = base.longest_units
+    chunk = max(1, min(clusters // world, longest))
+    if lag is None and pair_n and pairs_whole(base):
+        lag = 1 if ceil_div(longest, chunk) >= 3 else 0  # the 1-CTA schedule's rule
     lag = lag or 0
     if lag not in (0, 1):
         raise ValueError(f"lag must be 0 or 1, got {lag}")
     if lag and not pairs_whole(base):
         raise ValueError("lag 1 on 2x1 clusters needs pair-tiles that never straddle two owners "
-                         "(RS: local_M a multiple of 256; AR: owner blocks on even tile rows)")
-    longest = base.longest_units
-    chunk = max(1, min(clusters // world, longest))
+                         "(RS: local_M a multiple of 256; AR: owner blocks on even tile rows; "
+                         "pairs along N: on even tiles)")
     return replace(base, grid=2 * world * chunk, chunk=chunk,
                    rounds=ceil_div(max(longest, 1), chunk) + lag, lag=lag)
 

@@ -59,7 +59,7 @@ class Sm90FusedKernel(CommWarps):
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
-                 peers_first: int = 0, trace: int = 0) -> None:
+                 peers_first: int = 0, pair_n: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -68,7 +68,9 @@ class Sm90FusedKernel(CommWarps):
         sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
         "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
         ``peers_first`` (compiled in; launching such a plan on another variant would mix
-        orders). ``trace``: record event times (``launch.trace``)."""
+        orders). ``pair_n`` (with ``cta_group`` 2): the cluster's two tiles are neighbours in
+        one tile row and share x's tile by TMA multicast instead of w's (plans with
+        ``pair_n``). ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -82,6 +84,9 @@ class Sm90FusedKernel(CommWarps):
         self.tma_push = push in ("tma", "tma_all")
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
+        self.pair_n = bool(pair_n)
+        if self.pair_n and (cta_group != 2 or self.peers_first):
+            raise ValueError("pairs along N are 2x1-cluster plans without the peers-first order")
         self.trace = bool(trace)
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
@@ -142,14 +147,22 @@ class Sm90FusedKernel(CommWarps):
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            op, mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK))
-        op_b = op
-        if cutlass.const_expr(self.cta_group == 2):
-            op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
-        tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            op_b, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK),
-            num_multicast=self.cta_group)
+        if cutlass.const_expr(self.pair_n):
+            # pairs along N: the two CTAs share x's tile, each loading half of it for both
+            tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp(), mA,
+                cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK), num_multicast=2)
+            tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                op, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK))
+        else:
+            tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                op, mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK))
+            op_b = op
+            if cutlass.const_expr(self.cta_group == 2):
+                op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+            tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                op_b, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK),
+                num_multicast=self.cta_group)
 
         @cute.struct
         class SharedStorage:
@@ -199,6 +212,7 @@ class Sm90FusedKernel(CommWarps):
         cta_layout = cute.make_layout((self.cta_group, 1, 1))
         b_mask = 0
         if cutlass.const_expr(self.cta_group == 2):
+            # both CTAs of the pair (pairs along N: the mask of x's tile)
             b_mask = cute.make_layout_image_mask(cta_layout, (v_in_pair, 0, 0), mode=0)
 
         tiles_m = (M + Int32(BM - 1)) // Int32(BM)
@@ -242,11 +256,20 @@ class Sm90FusedKernel(CommWarps):
 
         gA = cute.local_tile(mA, (BM, BK), (None, None))
         gB = cute.local_tile(mB, (self.bn, BK), (None, None))
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_b, v_in_pair, cute.make_layout(self.cta_group), cute.group_modes(sB, 0, 2),
-            cute.group_modes(gB, 0, 2))
+        if cutlass.const_expr(self.pair_n):
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                tma_a, v_in_pair, cute.make_layout(2), cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2))
+        else:
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
+                cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                tma_b, v_in_pair, cute.make_layout(self.cta_group), cute.group_modes(sB, 0, 2),
+                cute.group_modes(gB, 0, 2))
         k_tiles = cute.size(gA, mode=[3])
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
@@ -266,11 +289,22 @@ class Sm90FusedKernel(CommWarps):
                         prod.reset_count()
                         for _k in range(k_tiles):
                             ab_pipe.producer_acquire(prod)
-                            cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
-                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                            cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
-                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                      mcast_mask=b_mask)
+                            if cutlass.const_expr(self.pair_n):
+                                cute.copy(tma_a, tAgA_t[(None, prod.count)],
+                                          tAsA[(None, prod.index)],
+                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                          mcast_mask=b_mask)
+                                cute.copy(tma_b, tBgB_t[(None, prod.count)],
+                                          tBsB[(None, prod.index)],
+                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                            else:
+                                cute.copy(tma_a, tAgA_t[(None, prod.count)],
+                                          tAsA[(None, prod.index)],
+                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                                cute.copy(tma_b, tBgB_t[(None, prod.count)],
+                                          tBsB[(None, prod.index)],
+                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                          mcast_mask=b_mask)
                             ab_pipe.producer_commit(prod)
                             prod.advance()
                 ab_pipe.producer_tail(prod)
@@ -302,7 +336,11 @@ class Sm90FusedKernel(CommWarps):
         tm = u // tiles_n
         tn = u - tm * tiles_n
         real = True
-        if cutlass.const_expr(self.cta_group == 2):
+        if cutlass.const_expr(self.pair_n):
+            t = Int32(2) * u + v_in_pair
+            tm = t // tiles_n
+            tn = t - tm * tiles_n
+        elif cutlass.const_expr(self.cta_group == 2):
             tm = Int32(2) * tm + v_in_pair
             real = tm < tiles_m
             tm = cutlass.min(tm, tiles_m - Int32(1))

@@ -99,6 +99,7 @@ class GemmRsAr:
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 224 or 256)
         self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
+        self.force_pair_n = False  # sm90: 2x1 clusters pairing tiles along N (share x's tile)
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -158,7 +159,8 @@ class GemmRsAr:
                          pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
                          rotate=self.force_rotate, peers_first=self.force_peers_first,
-                         band=self.force_band if band is None else band)
+                         band=self.force_band if band is None else band,
+                         pair_n=self.force_pair_n)
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -197,8 +199,8 @@ class GemmRsAr:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
-               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band, push,
-               trace)
+               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
+               self.force_pair_n, push, trace)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -207,7 +209,8 @@ class GemmRsAr:
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
-                                   peers_first=int(plan.peers_first), trace=trace))
+                                   peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
+                                   trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -66,7 +66,8 @@ def parse() -> argparse.Namespace:
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
                         "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
-                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64)")
+                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
+                        "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64)")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
@@ -243,6 +244,13 @@ class Bench:
             for bn in (128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
+            for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
+                # pairs along N (2x1 clusters sharing x's tile), at the plan's width and 64 wide
+                op = ops[m if m != "gemm" else "rs"]
+                cols[f"{m}_pn"] = (_forced(op, None, None, fn, push=op.push, peers_first=None,
+                                           pair_n=True), sets)
+                cols[f"{m}_pn64"] = (_forced(op, None, None, fn, push=op.push, peers_first=None,
+                                             bn=64, pair_n=True), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}
@@ -322,18 +330,20 @@ class Bench:
 
 
 def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False,
-            push: str = "lsu", peers_first: bool | None = False, bn: int | None = None):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters; the lag; rotation or the
-    peers-first order; the tile width; how partials are pushed) for the call."""
+            push: str = "lsu", peers_first: bool | None = False, bn: int | None = None,
+            pair_n: bool = False):
+    """fn with op's plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the lag;
+    rotation or the peers-first order; the tile width; how partials are pushed) for the
+    call."""
     def call(x, w):
         default = op.push
         op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
-        op.force_peers_first, op.force_bn = peers_first, bn
+        op.force_peers_first, op.force_bn, op.force_pair_n = peers_first, bn, pair_n
         try:
             return fn(x, w)
         finally:
             op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
-            op.force_rotate = False
+            op.force_rotate = op.force_pair_n = False
             op.push = default
     return call
 
@@ -434,7 +444,8 @@ def markdown(rows: list[dict]) -> str:
     if forced:
         lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, rot rotated "
                   "parts, tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
-                  "b<n> bands of n unit rows (b0: row-major), rnd the round order:", "",
+                  "b<n> bands of n unit rows (b0: row-major), rnd the round order, pn pairs "
+                  "along N (pn64: 64-wide):", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
         for r in rows:
             cells = [str(r["M"]), str(r["N"]), str(r["K"])]

@@ -36,6 +36,10 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", push="tma_all", peers_first=1),
     Variant("sm_90a", 256, 2, "gemm", "unicast", 2, push="tma"),
+    # 2x1 clusters pairing tiles along N (x's tile multicast instead of w's)
+    Variant("sm_90a", 64, 2, "gemm", "unicast", 2, push="tma", pair_n=1),
+    Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", pair_n=1),
+    Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma_all", pair_n=1),
 ]
 
 
@@ -46,7 +50,7 @@ def test_variant_ptx(ptx_of, v):
     assert "wgmma.mma_async" in ptx
     assert f".m64n{v.bn}k16." in ptx  # one wgmma spans the tile's width
     assert "cp.async.bulk.tensor" in ptx
-    # w's tile is multicast to both CTAs of a 2x1 cluster, and only then
+    # w's (pairs along N: x's) tile is multicast to both CTAs of a 2x1 cluster, and only then
     assert ("multicast::cluster" in ptx) == (v.cta_group == 2)
     assert ("cp.async.bulk.global.shared" in ptx) == (v.push != "lsu" and v.mode != "gemm")
     assert_protocol_ptx(ptx, v)

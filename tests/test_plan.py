@@ -471,3 +471,56 @@ def test_fused_plans_pair_tile_rows_with_the_lag_round_at_long_k():
     # forcing lag 1 on pairs keeps only the widths whose pairs are whole, else says why
     with pytest.raises(ValueError, match="straddle"):
         make_plan(3000, 7168, 9216, 2, 132, "rs", cta_group=2, lag=1)
+
+
+def _pair_n_plans(mode, Ns=(256, 7168), bns=(64, 128)):
+    for world, M, N, bn in itertools.product(WORLDS, MS, Ns, bns):
+        if (N // bn) % 2 == 0:
+            yield make_plan(M, N, 4096, world, 132, mode, bn=bn, pair_n=True)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
+def test_pairs_along_n_cover_every_tile_once_two_neighbours_per_cluster(mode):
+    n = 0
+    for p in _pair_n_plans(mode):
+        assert p.pair_n and p.cta_group == 2 and p.cluster_mn == (1, 2)
+        assert p.grid % 2 == 0 and 0 < p.grid <= p.sm_count
+        for rank in range(p.world if mode != "gemm" else 1):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
+            for c in range(0, p.grid, 2):
+                for r in range(p.rounds):
+                    u = p.scheduled_unit(rank, c // 2, r)
+                    a, b = p.scheduled(rank, c, r), p.scheduled(rank, c + 1, r)
+                    if u < 0:
+                        assert a == b == -1
+                        continue
+                    # one tile row, adjacent columns: the x tile both CTAs share
+                    assert (a, b) == (2 * u, 2 * u + 1) and a // p.tiles_n == b // p.tiles_n
+        n += 1
+    assert n > 50
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_pairs_along_n_cannot_deadlock_and_take_the_lag_round_where_whole(mode):
+    from launch.plan import pairs_whole
+    lagged = 0
+    for p in _pair_n_plans(mode):
+        _assert_no_wait_cycle(p)
+        if mode == "rs":
+            assert pairs_whole(p)  # RS lists are whole tile rows: never a straddling pair
+        if p.lag:
+            assert pairs_whole(p) and p.rounds - p.lag >= 3
+            lagged += 1
+    assert lagged > 10
+
+
+def test_pairs_along_n_refuse_what_they_cannot_combine():
+    with pytest.raises(ValueError, match="even number of tile columns"):
+        make_plan(1000, 384, 4096, 2, 132, "rs", bn=128, pair_n=True)
+    for kw in ({"peers_first": True}, {"rotate": True}, {"cta_group": 1},
+               {"arch": "sm_100a"}):
+        with pytest.raises(ValueError, match="pairs along N"):
+            make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True, **kw)
+    p = make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True)
+    assert p.pair_n and p.N % p.bn == 0 and p.tiles_n % 2 == 0
+    assert not make_plan(1000, 7168, 4096, 2, 132, "rs").pair_n  # opt-in only

@@ -122,6 +122,36 @@ def test_pairs_with_lag_round(comm, M, K, ar):
         op.force_cta_group = op.force_lag = None
 
 
+@pytest.mark.parametrize("bn", [None, 64])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [1024, 9216])
+@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
+def test_pairs_along_n(comm, M, K, ar, bn):
+    """2x1 clusters whose two tiles are neighbours in one tile row, sharing x's tile."""
+    op = get_op(comm, 7168, ar)
+    op.force_pair_n, op.force_bn = True, bn
+    try:
+        p = op.plan(M, K)
+        assert p.pair_n and p.cta_group == 2 and (bn is None or p.bn == bn)
+        check(op, seed=M * 7 + K * 3 + int(ar) + (bn or 0), M=M, K=K)
+    finally:
+        op.force_pair_n, op.force_bn = False, None
+
+
+@pytest.mark.parametrize("bn", [None, 64])
+@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
+def test_gemm_only_pairs_along_n(comm, M, bn):
+    op = get_op(comm, 7168, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M + 5, op.rank, M, op.N, 4096, dev)
+    op.force_pair_n, op.force_bn = True, bn
+    try:
+        y = op.gemm_only(x, w)
+    finally:
+        op.force_pair_n, op.force_bn = False, None
+    assert rel_error(y, x.double() @ w.double().t()) < TOL
+
+
 @pytest.mark.parametrize("band", [None, 0, 4])
 @pytest.mark.parametrize("push", ["lsu", "tma"])
 @pytest.mark.parametrize("cta_group", [1, 2])
@@ -143,7 +173,8 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3"])
+@pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3",
+                                   "pn64"])
 def test_back_to_back_random_M_bitwise(comm, order, ar):
     """2000 queued calls of random M (plans of every kind, one after another, no host sync
     between them); now and then a recomputation must match bitwise."""
@@ -152,7 +183,9 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     op = get_op(comm, 384, ar)
     op.force_peers_first, op.force_bn, op.force_band = {
         "default": (None, None, None), "round": (False, None, None), "pf": (True, None, None),
-        "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3)}[order]
+        "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3),
+        "pn64": (None, 64, None)}[order]
+    op.force_pair_n = order == "pn64"  # pairs along N (384 = 6 tiles of 64)
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(1234)  # same on every rank: the op is collective
     K = 256
@@ -177,6 +210,7 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
                              f"{recent}") from e
     finally:
         op.force_peers_first = op.force_bn = op.force_band = None
+        op.force_pair_n = False
     assert checks > 5
 
 
