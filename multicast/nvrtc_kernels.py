@@ -72,7 +72,12 @@ extern "C" __global__ void rsar_mc_ld_reduce_u32(u32* __restrict__ dst, const u3
 
 #define RSAR_BULK 8192u
 #define RSAR_BULK_SLOTS 4u
-extern "C" __global__ void rsar_push_bulk(char* dst, u64 per_cta) {
+// One thread per CTA sends its per_cta bytes as 8 KB bulk copies from a shared-memory ring,
+// up to RSAR_BULK_SLOTS in flight. tile_bytes > 0 adds the fused kernel's per-tile
+// completion: after every tile_bytes, wait for the copies to land, fence, and release a flag
+// word at the peer (one per CTA), which shows what that drain costs the link.
+__device__ __forceinline__ void rsar_push_ring(char* dst, unsigned int* flags, u64 per_cta,
+                                               u32 tile_bytes) {
   __shared__ __align__(128) unsigned char ring[RSAR_BULK_SLOTS * RSAR_BULK];
   for (u32 i = threadIdx.x; i < RSAR_BULK_SLOTS * RSAR_BULK; i += blockDim.x)
     ring[i] = (unsigned char)(i * 131u + blockIdx.x);
@@ -81,31 +86,6 @@ extern "C" __global__ void rsar_push_bulk(char* dst, u64 per_cta) {
   if (threadIdx.x != 0) return;
   const u32 s = (u32)__cvta_generic_to_shared(ring);
   char* out = dst + (u64)blockIdx.x * per_cta;
-  u32 slot = 0;
-  for (u64 off = 0; off + RSAR_BULK <= per_cta; off += RSAR_BULK) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                 :: "l"(out + off), "r"(s + slot * RSAR_BULK), "r"(RSAR_BULK) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 3;" ::: "memory");
-    slot = (slot + 1u) % RSAR_BULK_SLOTS;
-  }
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// rsar_push_bulk with the fused kernel's per-tile completion: after every tile_bytes, wait
-// for the tile's copies to land, fence, and release a flag word at the peer (one per CTA),
-// so the diagnostic shows what that drain costs the link.
-extern "C" __global__ void rsar_push_tiles(char* dst, unsigned int* flags, u64 per_cta,
-                                           u32 tile_bytes) {
-  __shared__ __align__(128) unsigned char ring[RSAR_BULK_SLOTS * RSAR_BULK];
-  for (u32 i = threadIdx.x; i < RSAR_BULK_SLOTS * RSAR_BULK; i += blockDim.x)
-    ring[i] = (unsigned char)(i * 131u + blockIdx.x);
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const u32 s = (u32)__cvta_generic_to_shared(ring);
-  char* out = dst + (u64)blockIdx.x * per_cta;
-  unsigned int* flag = flags + blockIdx.x * 32u;
   u32 slot = 0, stamp = 0;
   for (u64 off = 0; off + RSAR_BULK <= per_cta; off += RSAR_BULK) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
@@ -113,14 +93,24 @@ extern "C" __global__ void rsar_push_tiles(char* dst, unsigned int* flags, u64 p
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     asm volatile("cp.async.bulk.wait_group.read 3;" ::: "memory");
     slot = (slot + 1u) % RSAR_BULK_SLOTS;
-    if ((off + RSAR_BULK) % tile_bytes == 0) {
+    if (tile_bytes != 0 && (off + RSAR_BULK) % tile_bytes == 0) {
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
       asm volatile("fence.proxy.async.global;" ::: "memory");
       asm volatile("fence.acq_rel.sys;" ::: "memory");
-      asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(++stamp) : "memory");
+      asm volatile("st.release.sys.global.u32 [%0], %1;"
+                   :: "l"(flags + blockIdx.x * 32u), "r"(++stamp) : "memory");
     }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+extern "C" __global__ void rsar_push_bulk(char* dst, u64 per_cta) {
+  rsar_push_ring(dst, nullptr, per_cta, 0u);
+}
+
+extern "C" __global__ void rsar_push_tiles(char* dst, unsigned int* flags, u64 per_cta,
+                                           u32 tile_bytes) {
+  rsar_push_ring(dst, flags, per_cta, tile_bytes);
 }
 
 extern "C" __global__ void rsar_mc_st_u32(u32* mc, u32 base, u64 n) {

@@ -214,6 +214,19 @@ def test_simulated_exchange_sums_exactly(bn):
 from launch.plan import choose_sm100  # noqa: E402
 
 
+def _cluster_tiles(p, rank):
+    """(unit, even CTA's tile, odd CTA's tile) of every cluster and round that has a unit;
+    a cluster without one has both CTAs idle."""
+    for c in range(0, p.grid, 2):
+        for r in range(p.rounds):
+            u = p.scheduled_unit(rank, c // 2, r)
+            a, b = p.scheduled(rank, c, r), p.scheduled(rank, c + 1, r)
+            if u < 0:
+                assert a == b == -1
+                continue
+            yield u, a, b
+
+
 def _pair_plans(mode, Ns=(128, 384, 7168)):
     for world, M, N in itertools.product(WORLDS, MS, Ns):
         yield make_plan(M, N, 1024, world, 148, mode, arch="sm_100a", bn=128, cta_group=2)
@@ -240,16 +253,10 @@ def test_pair_schedule_covers_every_tile_once(mode):
         for rank in range(p.world if mode != "gemm" else 1):
             assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
             # the two CTAs of a cluster get the two vertically adjacent tiles of one pair
-            for c in range(0, p.grid, 2):
-                for r in range(p.rounds):
-                    u = p.scheduled_unit(rank, c // 2, r)
-                    a, b = p.scheduled(rank, c, r), p.scheduled(rank, c + 1, r)
-                    if u < 0:
-                        assert a == b == -1
-                        continue
-                    pm, tn = divmod(u, p.tiles_n)
-                    assert a == 2 * pm * p.tiles_n + tn
-                    assert b == (a + p.tiles_n if 2 * pm + 1 < p.tiles_m else -1)
+            for u, a, b in _cluster_tiles(p, rank):
+                pm, tn = divmod(u, p.tiles_n)
+                assert a == 2 * pm * p.tiles_n + tn
+                assert b == (a + p.tiles_n if 2 * pm + 1 < p.tiles_m else -1)
 
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
@@ -487,15 +494,9 @@ def test_pairs_along_n_cover_every_tile_once_two_neighbours_per_cluster(mode):
         assert p.grid % 2 == 0 and 0 < p.grid <= p.sm_count
         for rank in range(p.world if mode != "gemm" else 1):
             assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
-            for c in range(0, p.grid, 2):
-                for r in range(p.rounds):
-                    u = p.scheduled_unit(rank, c // 2, r)
-                    a, b = p.scheduled(rank, c, r), p.scheduled(rank, c + 1, r)
-                    if u < 0:
-                        assert a == b == -1
-                        continue
-                    # one tile row, adjacent columns: the x tile both CTAs share
-                    assert (a, b) == (2 * u, 2 * u + 1) and a // p.tiles_n == b // p.tiles_n
+            for u, a, b in _cluster_tiles(p, rank):
+                # one tile row, adjacent columns: the x tile both CTAs share
+                assert (a, b) == (2 * u, 2 * u + 1) and a // p.tiles_n == b // p.tiles_n
         n += 1
     assert n > 50
 
