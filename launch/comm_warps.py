@@ -330,6 +330,8 @@ class CommWarps:
                                 self._stamp_results(t, peer_tab, result_off, stamp, rank)
                         self._mark(ws, cta, trace.FIRST_STAMPED, first)
                         self._mark(ws, cta, trace.LAST_STAMPED)
+                        if cutlass.const_expr(self.trace):
+                            trace.mark_tile(ws, cta, tiles_done)
                     if cutlass.const_expr(self.multicast):
                         if cls == Int32(_OWN):
                             self._deferred_reduce(ctid, t, tm, tn, m0, tiles_n, num_tiles, ws, peer_tab,

@@ -34,9 +34,12 @@ COPY_DONE = 13     # AR: all other owners' tiles copied out
 EXIT_BARRIER = 14  # whole CTA reached the exit barrier
 EXIT = 15          # CTA's exit bookkeeping done (last CTA: peers told)
 MMA_LAST_DONE = 16  # MMA warps: last tile's sub-tiles all in the ring
+TILE_DONE = 17     # slots 17..31: communication done with the CTA's i-th tile (pushed and
+TILE_SLOTS = layout.TRACE_EVENTS - TILE_DONE  # stamped, or reduced), its first 15 tiles
 
 NAMES = {v: k.lower() for k, v in dict(globals()).items()
-         if k.isupper() and isinstance(v, int) and not k.startswith("_")}
+         if k.isupper() and isinstance(v, int) and not k.startswith("_")
+         and k not in ("TILE_DONE", "TILE_SLOTS")}
 
 
 @cute.jit
@@ -49,16 +52,28 @@ def mark(ws: Int64, cta: Int32, event: cutlass.Constexpr):
             ptx.globaltimer())
 
 
+@cute.jit
+def mark_tile(ws: Int64, cta: Int32, i: Int32):
+    """One thread records when its CTA's communication finished its i-th tile."""
+    if (cta < Int32(layout.TRACE_CTAS)) & (i < Int32(TILE_SLOTS)):
+        ptx.st_u64_relaxed_gpu(
+            ws + Int64(layout.TRACE_OFF) + (Int64(cta) * Int64(layout.TRACE_EVENTS)
+                                            + Int64(TILE_DONE) + Int64(i)) * Int64(8),
+            ptx.globaltimer())
+
+
 def decode(raw: bytes, grid: int) -> dict[str, list[int | None]]:
     """The region's bytes as {event name: [ns since the launch's first START, or None] per
-    CTA}, for the ``grid`` CTAs of the traced launch."""
+    CTA}, for the ``grid`` CTAs of the traced launch; ``tile_done_<i>``: when the CTA's
+    communication finished its i-th tile."""
     import struct
     n = min(grid, layout.TRACE_CTAS)
     vals = struct.unpack_from(f"<{n * layout.TRACE_EVENTS}Q", raw)
     starts = [vals[c * layout.TRACE_EVENTS + START] for c in range(n)]
     t0 = min((s for s in starts if s), default=0)
     out: dict[str, list[int | None]] = {}
-    for ev, name in sorted(NAMES.items()):
+    slots = sorted(NAMES.items()) + [(TILE_DONE + i, f"tile_done_{i}") for i in range(TILE_SLOTS)]
+    for ev, name in slots:
         out[name] = [(v - t0) if (v := vals[c * layout.TRACE_EVENTS + ev]) else None
                      for c in range(n)]
     return out

@@ -18,13 +18,44 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _summary(ev: dict[str, list[int | None]]) -> dict[str, tuple[float, float, float, int]]:
+def _summary(ev: dict[str, list[int | None]],
+             ctas: list[int] | None = None) -> dict[str, tuple[float, float, float, int]]:
+    """min / median / max (us) and count of each event over ``ctas`` (default: all)."""
     out = {}
     for name, per_cta in ev.items():
-        vals = [v / 1e3 for v in per_cta if v is not None]
+        pick = per_cta if ctas is None else [per_cta[c] for c in ctas if c < len(per_cta)]
+        vals = [v / 1e3 for v in pick if v is not None]
         if vals:
             out[name] = (min(vals), statistics.median(vals), max(vals), len(vals))
     return out
+
+
+def _parts(plan) -> dict[str, list[int]]:
+    """The CTAs of the pushing part(s) and of the own part (lanes in order: peer parts
+    first, the own part last), or all CTAs where every lane does both (peers-first order,
+    rotated parts)."""
+    if plan.peers_first or plan.rotate or plan.mode == "gemm":
+        return {"all lanes": list(range(plan.grid))}
+    own = [c for c in range(plan.grid) if (c // plan.cta_group) // plan.chunk == plan.world - 1]
+    push = [c for c in range(plan.grid) if c not in set(own)]
+    return {"pushing lanes": push, "own lanes": own}
+
+
+def _print_rounds(everyone: list[dict], plan) -> None:
+    """When each part's CTAs finished their i-th tile (median / max over the part, us):
+    successive rows are the rounds' pace."""
+    parts = _parts(plan)
+    cols = [(r, name, ctas) for r in everyone for name, ctas in parts.items()]
+    heads = [f"r{r['rank']} {name} med / max" for r, name, _ in cols]
+    width = max(len(h) for h in heads)
+    print(f"  {'tile done':16s}" + "".join(f" | {h:>{width}s}" for h in heads))
+    for i in range(15):
+        key = f"tile_done_{i}"
+        stats = [_summary({key: r["events"][key]}, ctas).get(key) for r, _, ctas in cols]
+        if not any(stats):
+            break
+        cells = "".join(f" | {f'{s[1]:.2f} {s[2]:.2f}' if s else '-':>{width}s}" for s in stats)
+        print(f"  {i:<16d}{cells}")
 
 
 def main() -> int:
@@ -86,7 +117,8 @@ def main() -> int:
                           f"grid={plan.grid} rounds={plan.rounds} tiles={plan.num_tiles}"
                           + (f"; launch {a.queue} of {a.queue} queued" if a.queue > 1 else ""))
                     sums = [_summary(r["events"]) for r in everyone]
-                    names = [n for n in ev if any(n in s for s in sums)]
+                    names = [n for n in ev if any(n in s for s in sums)
+                             and not n.startswith("tile_done_")]
                     head = "".join(f" | rank {r['rank']} min / med / max (n)" for r in everyone)
                     print(f"  {'event':16s}{head}")
                     for n in names:
@@ -94,6 +126,7 @@ def main() -> int:
                             f" | {s[n][0]:6.2f} {s[n][1]:6.2f} {s[n][2]:6.2f} ({s[n][3]:3d})" if n in s
                             else " |" + " " * 29 for s in sums)
                         print(f"  {n:16s}{cells}")
+                    _print_rounds(everyone, plan)
                     rows.append(dict(mode=mode, M=M, N=a.N, K=K, untraced_us=plain_us, queue=a.queue,
                                      bn=plan.bn,
                                      grid=plan.grid, rounds=plan.rounds, ranks=everyone))

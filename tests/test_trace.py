@@ -10,7 +10,8 @@ from launch import layout, trace
 
 def test_events_fit_and_have_unique_slots():
     assert len(trace.NAMES) == len(set(trace.NAMES)) <= layout.TRACE_EVENTS
-    assert max(trace.NAMES) < layout.TRACE_EVENTS
+    assert max(trace.NAMES) < trace.TILE_DONE  # the per-tile slots follow the events
+    assert trace.TILE_DONE + trace.TILE_SLOTS == layout.TRACE_EVENTS and trace.TILE_SLOTS >= 15
     # the region sits between CTRL's words and the first stamp array
     assert layout.TRACE_OFF >= layout.CTRL_DONE + 4 * layout.MAX_WORLD
     lay = layout.WorkspaceLayout.build(256, 1024, 2)
@@ -24,11 +25,14 @@ def test_decode_is_relative_to_the_first_start_and_skips_unreached_events():
         vals[c * layout.TRACE_EVENTS + trace.START] = t0
         vals[c * layout.TRACE_EVENTS + trace.EXIT] = t0 + 9_000
     vals[1 * layout.TRACE_EVENTS + trace.DEFER_DONE] = 1_004_000
+    vals[2 * layout.TRACE_EVENTS + trace.TILE_DONE + 1] = 1_007_000
     ev = trace.decode(struct.pack(f"<{len(vals)}Q", *vals), n)
     assert ev["start"] == [500, 0, 2000]
     assert ev["exit"] == [9500, 9000, 11000]
     assert ev["defer_done"] == [None, 4000, None]
-    assert set(ev) == set(trace.NAMES.values())
+    assert ev["tile_done_1"] == [None, None, 7000] and ev["tile_done_0"] == [None] * n
+    tiles = {f"tile_done_{i}" for i in range(trace.TILE_SLOTS)}
+    assert set(ev) == set(trace.NAMES.values()) | tiles
 
 
 def test_only_trace_variants_write_times(ptx_of):

@@ -352,3 +352,10 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
             assert None not in times, f"CTA {c}: an event is missing: {dict(zip(order, times))}"
             assert times == sorted(times), f"CTA {c}: out of order: {dict(zip(order, times))}"
     assert len(ev["start"]) == op.plan(M, 1024).grid and trace.NAMES[trace.EXIT] == "exit"
+    plan = op.plan(M, 1024)
+    for c in worked:  # one time per tile the CTA communicated, in order, from the first stamp
+        n = min(len(plan.cta_tiles(op.rank, c)), trace.TILE_SLOTS)
+        done = [ev[f"tile_done_{i}"][c] for i in range(trace.TILE_SLOTS)]
+        assert None not in done[:n] and all(d is None for d in done[n:]), (c, n, done)
+        assert done[:n] == sorted(done[:n]), (c, done)
+        assert n == 0 or done[0] >= ev["first_stamped"][c], (c, done)
