@@ -31,10 +31,10 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
             for N in (384, 7168):
                 for mode in ("rs", "ar", "gemm"):
                     p = make_plan(M, N, K, world, 132, mode, arch=arch)
-                    kinds.add((p.bn, mode, p.cta_group, int(p.peers_first)))
+                    kinds.add((p.bn, mode, p.cta_group, int(p.peers_first), int(p.pair_n)))
     return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr, mode),
-                    peers_first=pf)
-            for bn, mode, cg, pf in sorted(kinds) for tr in transports
+                    peers_first=pf, pair_n=pn)
+            for bn, mode, cg, pf, pn in sorted(kinds) for tr in transports
             if not (mode == "gemm" and tr == "multicast")]
 
 
