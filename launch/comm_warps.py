@@ -104,10 +104,9 @@ class CommWarps:
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
         round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``)."""
         units_m = tiles_m  # rows of units: tile rows, or pair-tile rows
-        units_n = tiles_n  # units per row: tiles, or pairs of tiles along N
+        units_n = self._units_n(tiles_n)
         num_units = num_tiles
         if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
-            units_n = tiles_n // Int32(2)
             num_units = units_m * units_n
         elif cutlass.const_expr(self.cta_group == 2):
             units_m = (tiles_m + Int32(1)) // Int32(2)
@@ -151,9 +150,7 @@ class CommWarps:
         idx = k * step + j
         length = end - start
         t = Int32(-1)
-        units_n = tiles_n
-        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
-            units_n = tiles_n // Int32(2)
+        units_n = self._units_n(tiles_n)
         if (k >= Int32(0)) & (idx < length):
             if band > Int32(0):  # launch.plan.list_swizzle
                 rows = length // units_n
@@ -161,6 +158,14 @@ class CommWarps:
                     idx = self._band_swizzle(idx, rows, units_n, band)
             t = start + idx
         return t
+
+    @cute.jit
+    def _units_n(self, tiles_n):
+        """Schedule units per unit row (``TilePlan.units_n``): tiles, or pairs along N."""
+        n = tiles_n
+        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
+            n = tiles_n // Int32(2)
+        return n
 
     @cute.jit
     def _band_swizzle(self, i, rows, tiles_n, band):

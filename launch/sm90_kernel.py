@@ -31,6 +31,8 @@ the previous launch. Mode ``gemm`` compiles the communication out (plain GEMM).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -51,6 +53,14 @@ Float32 = cutlass.Float32
 BF16 = cutlass.BFloat16
 
 _ROW_LAYOUT = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+
+
+def _tma_op(multicast: int) -> Any:
+    """The TMA load of an operand tile shared by ``multicast`` CTAs (each loads its part for
+    all of them), or loaded by one."""
+    if multicast > 1:
+        return cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+    return cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
 class Sm90FusedKernel(CommWarps):
@@ -87,6 +97,9 @@ class Sm90FusedKernel(CommWarps):
         self.pair_n = bool(pair_n)
         if self.pair_n and (cta_group != 2 or self.peers_first):
             raise ValueError("pairs along N are 2x1-cluster plans without the peers-first order")
+        # CTAs each operand's tile is multicast to: w's on 2x1 clusters, x's with pairs along N
+        self.mc_a = 2 if self.pair_n else 1
+        self.mc_b = 1 if self.pair_n else cta_group
         self.trace = bool(trace)
         self.bn, self.world, self.mode, self.transport = bn, world, mode, transport
         self.cta_group = cta_group
@@ -146,23 +159,12 @@ class Sm90FusedKernel(CommWarps):
         b_ptr = cute.make_ptr(BF16, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
-        op = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        if cutlass.const_expr(self.pair_n):
-            # pairs along N: the two CTAs share x's tile, each loading half of it for both
-            tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp(), mA,
-                cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK), num_multicast=2)
-            tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                op, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK))
-        else:
-            tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                op, mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK))
-            op_b = op
-            if cutlass.const_expr(self.cta_group == 2):
-                op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
-            tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                op_b, mB, cute.slice_(self.b_smem_staged, (None, None, 0)), (self.bn, BK),
-                num_multicast=self.cta_group)
+        tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK),
+            num_multicast=self.mc_a)
+        tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
+            (self.bn, BK), num_multicast=self.mc_b)
 
         @cute.struct
         class SharedStorage:
@@ -206,14 +208,15 @@ class Sm90FusedKernel(CommWarps):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         # cta_group 2: the cluster is one lane of the pair schedule; CTA v of it takes tile
         # row 2 * pm + v of the pair-tile and loads rows [v * BN/2, (v+1) * BN/2) of w's tile
-        # for both CTAs
+        # for both CTAs (pairs along N: tile 2u + v, and half of x's tile)
         lane = cta // Int32(self.cta_group)
         v_in_pair = cta - lane * Int32(self.cta_group)
         cta_layout = cute.make_layout((self.cta_group, 1, 1))
-        b_mask = 0
+        pair_mask = 0
         if cutlass.const_expr(self.cta_group == 2):
-            # both CTAs of the pair (pairs along N: the mask of x's tile)
-            b_mask = cute.make_layout_image_mask(cta_layout, (v_in_pair, 0, 0), mode=0)
+            pair_mask = cute.make_layout_image_mask(cta_layout, (v_in_pair, 0, 0), mode=0)
+        a_mask = pair_mask if self.mc_a > 1 else 0
+        b_mask = pair_mask if self.mc_b > 1 else 0
 
         tiles_m = (M + Int32(BM - 1)) // Int32(BM)
         tiles_n = N // Int32(self.bn)
@@ -256,20 +259,12 @@ class Sm90FusedKernel(CommWarps):
 
         gA = cute.local_tile(mA, (BM, BK), (None, None))
         gB = cute.local_tile(mB, (self.bn, BK), (None, None))
-        if cutlass.const_expr(self.pair_n):
-            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                tma_a, v_in_pair, cute.make_layout(2), cute.group_modes(sA, 0, 2),
-                cute.group_modes(gA, 0, 2))
-            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
-                cute.group_modes(gB, 0, 2))
-        else:
-            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
-                cute.group_modes(gA, 0, 2))
-            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                tma_b, v_in_pair, cute.make_layout(self.cta_group), cute.group_modes(sB, 0, 2),
-                cute.group_modes(gB, 0, 2))
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_a, v_in_pair if self.mc_a > 1 else 0, cute.make_layout(self.mc_a),
+            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_b, 0 if self.pair_n else v_in_pair, cute.make_layout(self.mc_b),
+            cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
         k_tiles = cute.size(gA, mode=[3])
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
@@ -289,22 +284,12 @@ class Sm90FusedKernel(CommWarps):
                         prod.reset_count()
                         for _k in range(k_tiles):
                             ab_pipe.producer_acquire(prod)
-                            if cutlass.const_expr(self.pair_n):
-                                cute.copy(tma_a, tAgA_t[(None, prod.count)],
-                                          tAsA[(None, prod.index)],
-                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                          mcast_mask=b_mask)
-                                cute.copy(tma_b, tBgB_t[(None, prod.count)],
-                                          tBsB[(None, prod.index)],
-                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                            else:
-                                cute.copy(tma_a, tAgA_t[(None, prod.count)],
-                                          tAsA[(None, prod.index)],
-                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                                cute.copy(tma_b, tBgB_t[(None, prod.count)],
-                                          tBsB[(None, prod.index)],
-                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                          mcast_mask=b_mask)
+                            cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
+                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                      mcast_mask=a_mask)
+                            cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
+                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                      mcast_mask=b_mask)
                             ab_pipe.producer_commit(prod)
                             prod.advance()
                 ab_pipe.producer_tail(prod)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -286,7 +286,8 @@ def atomic_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
 
 @contextlib.contextmanager
 def _timing(drv: Driver, bs: Bootstrap, sm: Any, what: str) -> Iterator[dict[str, Any]]:
-    """A non-blocking stream and two events on every rank (agreed), destroyed on exit."""
+    """A non-blocking stream and two events on every rank (agreed), destroyed on exit, and
+    ``timed_ms(run, iters)`` timing runs queued on that stream."""
     raw = drv.raw
     res: dict[str, Any] = {}
 
@@ -295,8 +296,20 @@ def _timing(drv: Driver, bs: Bootstrap, sm: Any, what: str) -> Iterator[dict[str
             res["stream"] = drv.cuStreamCreate(raw.CUstream_flags.CU_STREAM_NON_BLOCKING)
             res["ev"] = [drv.cuEventCreate(raw.CUevent_flags.CU_EVENT_DEFAULT) for _ in range(2)]
 
+    def timed_ms(run: Callable[[], None], iters: int) -> float:
+        """Milliseconds of ``iters`` runs on the stream after one untimed warm-up run."""
+        stream, (ev0, ev1) = res["stream"], res["ev"]
+        run()  # warm-up: the first use sets up paths
+        drv.cuEventRecord(ev0, stream)
+        for _ in range(iters):
+            run()
+        drv.cuEventRecord(ev1, stream)
+        drv.cuEventSynchronize(ev1)
+        return float(drv.cuEventElapsedTime(ev0, ev1))
+
     try:
         agree(bs, f"{what}: setup", setup)
+        res["timed_ms"] = timed_ms
         yield res
     finally:
         if res:
@@ -320,15 +333,9 @@ def bandwidth_check(sm: Any, bs: Bootstrap, nbytes: int, iters: int = 5,
     one_way: dict[str, float] = {}
     with _timing(drv, bs, sm, "bandwidth") as res:
         def timed_copy(peer: int) -> float:
-            stream, (ev0, ev1) = res["stream"], res["ev"]
             src, dst = sm.local_ptr, sm.peer_ptrs[peer] + nbytes
-            drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)  # warm-up: first use sets up paths
-            drv.cuEventRecord(ev0, stream)
-            for _ in range(iters):
-                drv.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
-            drv.cuEventRecord(ev1, stream)
-            drv.cuEventSynchronize(ev1)
-            ms = float(drv.cuEventElapsedTime(ev0, ev1))
+            ms = res["timed_ms"](
+                lambda: drv.cuMemcpyDtoDAsync(dst, src, nbytes, res["stream"]), iters)
             return nbytes * iters / (ms * 1e-3) / 1e9
 
         for sender in range(world):
@@ -379,8 +386,10 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
                        drv: Driver | None = None) -> CheckResult:
     """GB/s one rank gets to (or from) the next rank's memory from ``ctas`` CTAs, one CTA
     per SM: 16-byte thread stores, 16-byte thread loads, and 8 KB bulk copies from shared
-    memory (sm_90+), which is how the fused kernel pushes. Rank 0 moves the data, the
-    others wait; informational (the copy-engine figure is ``bandwidth_check``'s). ``sm``
+    memory (sm_90+), which is how the fused kernel pushes, also with the fused kernel's
+    per-tile completion (wait, system fence, flag release every 64 KB). Rank 0 moves the
+    data while the others wait; then every rank pushes to the next at once (the slowest
+    rank's rate). Informational (the copy-engine figure is ``bandwidth_check``'s). ``sm``
     needs 2 * nbytes, as for ``bandwidth_check``."""
     drv = drv if drv is not None else default_driver()
     if sm.world == 1:
@@ -415,16 +424,9 @@ def sm_bandwidth_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None, nby
             kernels.launch(name, n, threads, args, res["stream"])
 
         def gbps(mode: str, n: int) -> float:
-            stream, (ev0, ev1) = res["stream"], res["ev"]
             per_cta = sm_bw_split(nbytes, n)
             with device_scope(drv, sm.device):
-                launch(mode, n, per_cta)  # warm-up
-                drv.cuEventRecord(ev0, stream)
-                for _ in range(iters):
-                    launch(mode, n, per_cta)
-                drv.cuEventRecord(ev1, stream)
-                drv.cuEventSynchronize(ev1)
-                ms = float(drv.cuEventElapsedTime(ev0, ev1))
+                ms = res["timed_ms"](lambda: launch(mode, n, per_cta), iters)
             return round(per_cta * n * iters / (ms * 1e-3) / 1e9, 1)
 
         def one_way(mode: str, n: int) -> None:

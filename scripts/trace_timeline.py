@@ -36,9 +36,11 @@ def _parts(plan) -> dict[str, list[int]]:
     rotated parts)."""
     if plan.peers_first or plan.rotate or plan.mode == "gemm":
         return {"all lanes": list(range(plan.grid))}
-    own = [c for c in range(plan.grid) if (c // plan.cta_group) // plan.chunk == plan.world - 1]
-    push = [c for c in range(plan.grid) if c not in set(own)]
-    return {"pushing lanes": push, "own lanes": own}
+    parts: dict[str, list[int]] = {"pushing lanes": [], "own lanes": []}
+    for c in range(plan.grid):
+        own = (c // plan.cta_group) // plan.chunk == plan.world - 1
+        parts["own lanes" if own else "pushing lanes"].append(c)
+    return parts
 
 
 def _print_rounds(everyone: list[dict], plan) -> None:
@@ -49,7 +51,8 @@ def _print_rounds(everyone: list[dict], plan) -> None:
     heads = [f"r{r['rank']} {name} med / max" for r, name, _ in cols]
     width = max(len(h) for h in heads)
     print(f"  {'tile done':16s}" + "".join(f" | {h:>{width}s}" for h in heads))
-    for i in range(15):
+    from launch.trace import TILE_SLOTS
+    for i in range(TILE_SLOTS):
         key = f"tile_done_{i}"
         stats = [_summary({key: r["events"][key]}, ctas).get(key) for r, _, ctas in cols]
         if not any(stats):
