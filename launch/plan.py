@@ -359,10 +359,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
     if pair_n:
-        if arch in BLACKWELL or cta_group == 1 or rotate or peers_first:
-            raise ValueError("pairs along N are sm90 2x1-cluster plans, without rotation or "
-                             "the peers-first order")
-        cta_group, peers_first = 2, False
+        if arch in BLACKWELL or cta_group == 1 or rotate:
+            raise ValueError("pairs along N are sm90 2x1-cluster plans, without rotation")
+        cta_group, peers_first = 2, bool(peers_first)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
                       pair_n=pair_n)
@@ -419,10 +418,10 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group == 2:
-        if peers_first:
-            raise ValueError("peers_first is a 1-CTA schedule; the pair schedule has no such order")
+        if peers_first and not pair_n:
+            raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n)
+        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     num_tiles = tiles_m * tiles_n
@@ -462,9 +461,11 @@ def pairs_whole(p: TilePlan) -> bool:
 
 
 def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
-                    bn: int, lag: int | None = None, pair_n: bool = False) -> TilePlan:
+                    bn: int, lag: int | None = None, pair_n: bool = False,
+                    peers_first: bool = False) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
-    lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring)."""
+    lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
+    along N also the peers-first order, where ``pairs_whole``."""
     tiles_m = ceil_div(M, BM)
     tiles_n = N // bn
     if pair_n and tiles_n % 2:
@@ -480,6 +481,13 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
         lanes = min(base.num_units, clusters)
         return replace(base, grid=2 * lanes, chunk=lanes, rounds=ceil_div(base.num_units, lanes))
     longest = base.longest_units
+    if peers_first:
+        if lag == 1 or not pairs_whole(base):
+            raise ValueError("the peers-first order on pairs along N runs with lag 0 and pairs "
+                             "that never straddle two owners (AR: owner blocks on even tiles)")
+        chunk = max(1, min(clusters, longest))
+        return replace(base, grid=2 * chunk, chunk=chunk,
+                       rounds=world * ceil_div(max(longest, 1), chunk), peers_first=True)
     chunk = max(1, min(clusters // world, longest))
     if lag is None and pair_n and pairs_whole(base):
         lag = 1 if ceil_div(longest, chunk) >= 3 else 0  # the 1-CTA schedule's rule

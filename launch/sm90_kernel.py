@@ -95,8 +95,10 @@ class Sm90FusedKernel(CommWarps):
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
         self.pair_n = bool(pair_n)
-        if self.pair_n and (cta_group != 2 or self.peers_first):
-            raise ValueError("pairs along N are 2x1-cluster plans without the peers-first order")
+        if self.pair_n and cta_group != 2:
+            raise ValueError("pairs along N are 2x1-cluster plans")
+        if self.peers_first and cta_group == 2 and not self.pair_n:
+            raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         # CTAs each operand's tile is multicast to: w's on 2x1 clusters, x's with pairs along N
         self.mc_a = 2 if self.pair_n else 1
         self.mc_b = 1 if self.pair_n else cta_group

@@ -67,7 +67,8 @@ def parse() -> argparse.Namespace:
                         "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
-                        "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64)")
+                        "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
+                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64)")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
@@ -251,6 +252,11 @@ class Bench:
                                            pair_n=True), sets)
                 cols[f"{m}_pn64"] = (_forced(op, None, None, fn, push=op.push, peers_first=None,
                                              bn=64, pair_n=True), sets)
+                if m != "gemm":  # and peers-first (a plan where no pair straddles two owners)
+                    cols[f"{m}_pnpf"] = (_forced(op, None, None, fn, push=op.push,
+                                                 peers_first=True, pair_n=True), sets)
+                    cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
+                                                   peers_first=True, bn=64, pair_n=True), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}
@@ -445,7 +451,7 @@ def markdown(rows: list[dict]) -> str:
         lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, rot rotated "
                   "parts, tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
                   "b<n> bands of n unit rows (b0: row-major), rnd the round order, pn pairs "
-                  "along N (pn64: 64-wide):", "",
+                  "along N (pn64: 64-wide; pnpf: peers-first):", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]
         for r in rows:
             cells = [str(r["M"]), str(r["N"]), str(r["K"])]

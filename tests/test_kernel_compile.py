@@ -39,6 +39,7 @@ VARIANTS = [
     # 2x1 clusters pairing tiles along N (x's tile multicast instead of w's)
     Variant("sm_90a", 64, 2, "gemm", "unicast", 2, push="tma", pair_n=1),
     Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", pair_n=1),
+    Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", peers_first=1, pair_n=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma_all", pair_n=1),
 ]
 

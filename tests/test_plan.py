@@ -349,7 +349,7 @@ def test_peers_first_refuses_what_it_cannot_combine():
         make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, rotate=True)
     with pytest.raises(ValueError, match="lag 0"):
         make_plan(1000, 7168, 1024, 2, 132, "ar", peers_first=True, lag=1)
-    with pytest.raises(ValueError, match="1-CTA"):
+    with pytest.raises(ValueError, match="needs pairs along N"):
         make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, cta_group=2)
     g = make_plan(1000, 7168, 1024, 2, 132, "gemm", peers_first=True)  # no exchange to order
     assert not g.peers_first and g == make_plan(1000, 7168, 1024, 2, 132, "gemm")
@@ -518,10 +518,44 @@ def test_pairs_along_n_cannot_deadlock_and_take_the_lag_round_where_whole(mode):
 def test_pairs_along_n_refuse_what_they_cannot_combine():
     with pytest.raises(ValueError, match="even number of tile columns"):
         make_plan(1000, 384, 4096, 2, 132, "rs", bn=128, pair_n=True)
-    for kw in ({"peers_first": True}, {"rotate": True}, {"cta_group": 1},
+    for kw in ({"rotate": True}, {"cta_group": 1},
                {"arch": "sm_100a"}):
         with pytest.raises(ValueError, match="pairs along N"):
             make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True, **kw)
     p = make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True)
     assert p.pair_n and p.N % p.bn == 0 and p.tiles_n % 2 == 0
     assert not make_plan(1000, 7168, 4096, 2, 132, "rs").pair_n  # opt-in only
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_pairs_along_n_peers_first_fill_the_grid_and_wait_only_on_earlier_rounds(mode):
+    """The peers-first order on pairs along N: every cluster is a lane of every round (one
+    RS tile row holds every rank's rows, so the round order would leave half the grid idle),
+    each tile once per rank, and an own tile reduced only after its peers' earlier round."""
+    from launch.plan import pairs_whole
+    n = 0
+    for world, M, N, bn in itertools.product(WORLDS, MS, (256, 7168, 8192), (64, 128)):
+        if (N // bn) % 2:
+            continue
+        base = make_plan(M, N, 4096, world, 132, mode, bn=bn, pair_n=True)
+        if not pairs_whole(base):
+            with pytest.raises(ValueError, match="straddle"):
+                make_plan(M, N, 4096, world, 132, mode, bn=bn, pair_n=True, peers_first=True)
+            continue
+        p = make_plan(M, N, 4096, world, 132, mode, bn=bn, pair_n=True, peers_first=True)
+        assert p.pair_n and p.peers_first and p.lag == 0 and p.cta_group == 2
+        assert p.grid == 2 * p.chunk <= p.sm_count
+        assert p.chunk == min(p.sm_count // 2, p.longest_units)
+        assert p.rounds == world * -(-p.longest_units // p.chunk)
+        rounds = [_rounds_by_tile(p, r) for r in range(world)]
+        for r in range(world):
+            assert sorted(rounds[r]) == list(range(p.num_tiles))
+            for u, a, b in _cluster_tiles(p, r):
+                assert (a, b) == (2 * u, 2 * u + 1) and a // p.tiles_n == b // p.tiles_n
+            for t, rr in rounds[r].items():
+                if p.tile_owners(t) == [r]:
+                    assert all(rounds[q][t] < rr for q in range(world) if q != r), (p, r, t)
+        n += 1
+    assert n > 100
+    with pytest.raises(ValueError, match="lag 0"):
+        make_plan(1000, 7168, 4096, 2, 132, mode, pair_n=True, peers_first=True, lag=1)

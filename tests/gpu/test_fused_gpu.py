@@ -122,20 +122,23 @@ def test_pairs_with_lag_round(comm, M, K, ar):
         op.force_cta_group = op.force_lag = None
 
 
+@pytest.mark.parametrize("pf", [False, True], ids=["rnd", "pf"])
 @pytest.mark.parametrize("bn", [None, 64])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("K", [1024, 9216])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_pairs_along_n(comm, M, K, ar, bn):
-    """2x1 clusters whose two tiles are neighbours in one tile row, sharing x's tile."""
+def test_pairs_along_n(comm, M, K, ar, bn, pf):
+    """2x1 clusters whose two tiles are neighbours in one tile row, sharing x's tile, in the
+    round order and peers-first."""
     op = get_op(comm, 7168, ar)
-    op.force_pair_n, op.force_bn = True, bn
+    op.force_pair_n, op.force_bn, op.force_peers_first = True, bn, pf
     try:
         p = op.plan(M, K)
         assert p.pair_n and p.cta_group == 2 and (bn is None or p.bn == bn)
-        check(op, seed=M * 7 + K * 3 + int(ar) + (bn or 0), M=M, K=K)
+        assert p.peers_first == pf
+        check(op, seed=M * 7 + K * 3 + int(ar) + (bn or 0) + 11 * pf, M=M, K=K)
     finally:
-        op.force_pair_n, op.force_bn = False, None
+        op.force_pair_n, op.force_bn, op.force_peers_first = False, None, None
 
 
 @pytest.mark.parametrize("bn", [None, 64])
@@ -174,7 +177,7 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3",
-                                   "pn64"])
+                                   "pn64", "pnpf64"])
 def test_back_to_back_random_M_bitwise(comm, order, ar):
     """2000 queued calls of random M (plans of every kind, one after another, no host sync
     between them); now and then a recomputation must match bitwise."""
@@ -184,8 +187,8 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     op.force_peers_first, op.force_bn, op.force_band = {
         "default": (None, None, None), "round": (False, None, None), "pf": (True, None, None),
         "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3),
-        "pn64": (None, 64, None)}[order]
-    op.force_pair_n = order == "pn64"  # pairs along N (384 = 6 tiles of 64)
+        "pn64": (None, 64, None), "pnpf64": (True, 64, None)}[order]
+    op.force_pair_n = order.startswith("pn")  # pairs along N (384 = 6 tiles of 64)
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(1234)  # same on every rank: the op is collective
     K = 256
