@@ -36,13 +36,14 @@ straddles two owners (``pairs_whole``: RS with local_M a multiple of 256, AR wit
 blocks on even tile rows) the lag round is allowed, with the 1-CTA schedule's argument;
 ``choose_fused_cluster`` picks it for long-K, large-M fused plans on sm90.
 
-Pairs along N (``pair_n``; sm90 2x1 clusters, opt-in)
+Pairs along N (``pair_n``; sm90 2x1 clusters; AR's choice at one tile row, ``choose_small_m``)
 The two CTAs of a cluster compute tiles t = 2u and 2u + 1 of one tile row (``tiles_n``
 even), sharing x's tile by TMA multicast instead of w's. Unit u = t // 2, so a unit never
 leaves its tile row: an RS list (whole tile rows) holds whole pairs, and the lag round is
 allowed as for 1-CTA tiles; an AR owner block that starts on an odd tile leaves one pair
 straddling two owners, which is what the lag-0 argument above covers. Meant for small M with
-long K, where every CTA of a 1-CTA plan re-reads x's whole tile row from L2.
+long K, where every CTA of a 1-CTA plan re-reads x's whole tile row from L2. The peers-first
+order below runs on them too (clusters as lanes) where no pair straddles two owners.
 
 Bands (``band``)
 Within each list, lanes take units in bands of ``band`` unit rows, down a band's rows before
@@ -104,23 +105,27 @@ def lane_cost(plan: "TilePlan") -> float:
     return (plan.rounds - plan.lag) * plan.bn * TILE_COST.get(plan.bn, 1.5)
 
 
-def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool]:
-    """(BN or None for the width of least ``lane_cost``, peers-first) of a fused sm90 plan
-    at small M, where one round of tiles leaves nothing to overlap the pushes with. Measured on 2x H200
-    (docs/PERF.md (c), N 7168 and 8192, against the round order at the then default width):
-    one tile row (M <= 128) runs 64-wide tiles peers-first, RS 8-22% and AR 5-15% faster
-    (128-wide tiles leave half the SMs idle there), except AR at K > 4096 (8% slower: the
-    own half then waits on a long GEMM); at K <= 1024 two tile rows do the same (5-11%),
-    and up to M=1024 the peers-first order at the usual width gains -2..+11% (RS at
-    M=1024 is a wash). With longer K beyond one tile row the orders tie (+-1%), so the
-    round order stays."""
-    if M <= BM and not (mode == "ar" and K > 4096):
-        return 64, True
+def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
+    """(BN or None for the width of least ``lane_cost``, peers-first, pairs along N) of a
+    fused sm90 plan at small M, where one round of tiles leaves nothing to overlap the pushes
+    with. Measured on 2x H200 (docs/PERF.md (c) and (g), N 7168 and 8192, against the round
+    order at the then default width): one tile row (M <= 128) runs 64-wide tiles
+    peers-first, RS 8-22% and AR 5-15% faster (128-wide tiles leave half the SMs idle
+    there), except AR at K > 1024, where 64-wide pairs along N in the round order (x's tile
+    multicast to both CTAs of a cluster) are 8-20% faster than any 1-CTA plan (at K=1024
+    they tie); at K <= 1024 two tile rows run 64-wide peers-first too (5-11%), and up to
+    M=1024 the peers-first order at the usual width gains -2..+11% (RS at M=1024 is a
+    wash). With longer K beyond one tile row the orders tie (+-1%), so the round order
+    stays. RS gains nothing from pairs along N (in either order it ties the 1-CTA plan)."""
+    if M <= BM and mode == "ar" and K > 1024:
+        return 64, False, True
+    if M <= BM:
+        return 64, True, False
     if K <= 1024 and M <= 2 * BM:
-        return 64, True
+        return 64, True, False
     if K <= 1024 and M <= 8 * BM:
-        return None, True
-    return None, False
+        return None, True, False
+    return None, False, False
 
 
 @dataclass(frozen=True)
@@ -325,14 +330,23 @@ def choose_gemm_cluster(M: int, K: int) -> int:
     return 2 if K > 1024 and M > BM else 1
 
 
-def choose_fused_cluster(M: int, K: int, mode: str) -> bool:
-    """Whether a fused sm90 plan runs on 2x1 clusters with the lag round (where
-    ``pairs_whole`` and 3+ rounds hide the slack; 1-CTA otherwise). The pair-tile halves the
-    loads of w per output tile, which pays once the mainloop dominates. Measured on 2x H200
-    against the 1-CTA plan in the same run (docs/PERF.md (e), N 7168 / 8192, K 2048-9216,
-    M 2048-16384): RS 0-9% faster (one shape 3% slower), geomean 4.3%; AR from M=4096 -3..+7%,
-    geomean 1.5%; AR at M=2048 gained nothing, so it stays 1-CTA there."""
-    return K > 1024 and M >= (2048 if mode == "rs" else 4096)
+def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:
+    """The lag of a fused sm90 plan on 2x1 clusters, or None for 1-CTA tiles. The pair-tile
+    halves the loads of w per output tile, which pays once the mainloop dominates.
+    Measured on 2x H200 against the 1-CTA plan in the same run, N 7168 / 8192:
+    - lag 1 (where ``pairs_whole`` and 3+ rounds hide the slack; docs/PERF.md (e), K
+      2048-9216, M 2048-16384): RS 0-9% faster (one shape 3% slower), geomean 4.3%; AR from
+      M=4096 -3..+7%, geomean 1.5%; AR at M=2048 gained nothing, so it stays 1-CTA there;
+    - lag 0 at 4-8 tile rows (docs/PERF.md (g)): AR at K >= 4096 1-6% faster at M=512 and
+      1-2% at M=1024 (4-5% slower at K=1024); RS at K=9216, M=512 5% (at K=4096 and at
+      M=1024 it ties or loses up to 3%)."""
+    if K > 1024 and M >= (2048 if mode == "rs" else 4096):
+        return 1
+    if mode == "ar" and K > 1024 and 3 * BM < M <= 8 * BM:
+        return 0
+    if mode == "rs" and K > 4096 and 3 * BM < M <= 6 * BM:
+        return 0
+    return None
 
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
@@ -378,16 +392,23 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if unforced and mode == "gemm":
         cg0 = choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
-        bn0, peers_first = choose_small_m(M, K, mode)
-        if not peers_first and choose_fused_cluster(M, K, mode):
+        bn0, peers_first, along_n = choose_small_m(M, K, mode)
+        if along_n and (N // bn0) % 2 == 0 and N % bn0 == 0:
+            return _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0, cta_group=2,
+                              pair_ctas=pair_ctas, lag=None, rotate=False, peers_first=False,
+                              pair_n=True)
+        if along_n:  # an odd number of 64-wide tile columns: the 1-CTA plan of one tile row
+            bn0, peers_first = 64, True
+        pair_lag = None if peers_first else choose_fused_cluster(M, K, mode)
+        if pair_lag is not None:
             try:
                 pair = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0,
-                                  cta_group=2, pair_ctas=pair_ctas, lag=1, rotate=False,
+                                  cta_group=2, pair_ctas=pair_ctas, lag=pair_lag, rotate=False,
                                   peers_first=False)
             except ValueError:  # some pair-tile straddles two owners: the 1-CTA plan
                 pair = None
             # the 1-CTA schedule's rule: a round of slack only where 3+ rounds hide it
-            if pair is not None and pair.rounds - pair.lag >= 3:
+            if pair is not None and (pair.lag == 0 or pair.rounds - pair.lag >= 3):
                 return pair
     peers_first = bool(peers_first)
     cta_group = cg0 if cta_group is None else cta_group

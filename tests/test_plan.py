@@ -66,11 +66,19 @@ def test_small_m_choice(mode):
     def pick(M, K, **kw):
         p = make_plan(M, 7168, K, 2, 132, mode, **kw)
         return p.bn, p.peers_first
-    assert pick(1, 4096) == (64, True)
-    assert pick(128, 9216) == ((128, False) if mode == "ar" else (64, True))
+    one_row_long_k = (64, False) if mode == "ar" else (64, True)  # AR: pairs along N
+    assert pick(1, 4096) == one_row_long_k and pick(128, 9216) == one_row_long_k
+    assert pick(128, 1024) == (64, True)
+    for M, K in itertools.product((1, 100, 128), (4096, 9216)):
+        p = make_plan(M, 7168, K, 2, 132, mode)
+        assert p.pair_n == (mode == "ar") and p.cta_group == (2 if mode == "ar" else 1)
+    # N with an odd count of 64-wide tiles (N=192): the 1-CTA peers-first plan instead
+    p = make_plan(128, 192, 9216, 2, 132, mode)
+    assert not p.pair_n and p.cta_group == 1 and (p.bn, p.peers_first) == (64, True)
     assert pick(256, 1024) == (64, True) and pick(256, 4096) == (128, False)
     assert pick(512, 1024) == (128, True) and pick(1024, 1024)[1]
-    assert pick(2048, 1024) == (224, False) and pick(512, 4096) == (128, False)
+    assert pick(2048, 1024) == (224, False)
+    assert pick(512, 4096)[1] is False and pick(512, 1024)[1] is True
     # anything forced keeps the old defaults for the rest
     assert pick(128, 1024, bn=128) == (128, False)
     assert pick(128, 1024, peers_first=False) == (128, False)
@@ -463,7 +471,8 @@ def test_fused_plans_pair_tile_rows_with_the_lag_round_at_long_k():
         p = make_plan(8192, 7168, 9216, 2, 132, mode)
         assert (p.cta_group, p.lag, p.band) == (2, 1, 8) and pairs_whole(p)
         assert make_plan(8192, 7168, 1024, 2, 132, mode).cta_group == 1  # link-bound K
-        assert make_plan(1024, 7168, 9216, 2, 132, mode).cta_group == 1  # few tiles per lane
+        # few tiles per lane: no lag round (AR there runs 2x1 clusters without it)
+        assert make_plan(1024, 7168, 9216, 2, 132, mode).lag == 0
         # the width is still the lane_cost pick among the widths the pairs allow
         assert make_plan(2048, 7168, 9216, 2, 132, "rs").bn == 224
     assert make_plan(2048, 7168, 9216, 2, 132, "ar").cta_group == 1  # measured 4% slower
@@ -559,3 +568,25 @@ def test_pairs_along_n_peers_first_fill_the_grid_and_wait_only_on_earlier_rounds
     assert n > 100
     with pytest.raises(ValueError, match="lag 0"):
         make_plan(1000, 7168, 4096, 2, 132, mode, pair_n=True, peers_first=True, lag=1)
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_fused_cluster_choice(mode):
+    """2x1 clusters: with the lag round at large M and long K (where it is whole and 3+
+    rounds hide it), without it at 4-8 tile rows (AR from K=4096, RS at K > 4096 up to 6
+    tile rows), 1-CTA elsewhere."""
+    from launch.plan import choose_fused_cluster
+
+    def kind(M, K):
+        p = make_plan(M, 7168, K, 2, 132, mode, pair_ctas=132)
+        return (p.cta_group, p.lag) if p.cta_group == 2 else (1, None)
+    assert kind(8192, 9216) == (2, 1) and kind(4096, 4096) == (2, 1)
+    assert kind(512, 9216) == (2, 0)
+    assert kind(512, 4096) == ((2, 0) if mode == "ar" else (1, None))
+    assert kind(1024, 4096) == ((2, 0) if mode == "ar" else (1, None))
+    assert kind(1024, 9216) == ((2, 0) if mode == "ar" else (1, None))
+    for M in (256, 384, 512, 2048):
+        assert kind(M, 1024)[0] == 1  # K=1024 stays 1-CTA below the lag-round range
+    assert kind(256, 9216) == (1, None)
+    assert choose_fused_cluster(2048, 4096, "ar") is None
+    assert choose_fused_cluster(2048, 4096, "rs") == 1
