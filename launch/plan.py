@@ -112,10 +112,10 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     order at the then default width): one tile row (M <= 128) runs 64-wide tiles
     peers-first, RS 8-22% and AR 5-15% faster (128-wide tiles leave half the SMs idle
     there), except AR at K > 1024, where 64-wide pairs along N in the round order (x's tile
-    multicast to both CTAs of a cluster) are 8-20% faster than any 1-CTA plan (at K=1024
-    they tie); at K <= 1024 two tile rows run 64-wide peers-first too (5-11%), and up to
-    M=1024 the peers-first order at the usual width gains -2..+11% (RS at M=1024 is a
-    wash). With longer K beyond one tile row the orders tie (+-1%), so the round order
+    multicast to both CTAs of a cluster) are 8-20% faster than the 1-CTA plans they replace
+    (64-wide peers-first at K=4096, the round order at K=9216; at K=1024 they tie); at
+    K <= 1024 two tile rows run 64-wide peers-first too (5-11%), and up to M=1024 the
+    peers-first order at the usual width gains -2..+11% (RS at M=1024 is a wash). With longer K beyond one tile row the orders tie (+-1%), so the round order
     stays. RS gains nothing from pairs along N (in either order it ties the 1-CTA plan)."""
     if M <= BM and mode == "ar" and K > 1024:
         return 64, False, True

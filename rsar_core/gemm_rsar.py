@@ -99,7 +99,9 @@ class GemmRsAr:
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
         self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 224 or 256)
         self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
-        self.force_pair_n = False  # sm90: 2x1 clusters pairing tiles along N (share x's tile)
+        # sm90: True forces 2x1 clusters pairing tiles along N (sharing x's tile); False lets
+        # the plan choose (it takes them for AR at one tile row; force_cta_group=1 rules them out)
+        self.force_pair_n = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)

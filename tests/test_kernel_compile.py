@@ -41,6 +41,8 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", pair_n=1),
     Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", peers_first=1, pair_n=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma_all", pair_n=1),
+    # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
+    Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
 ]
 
 
