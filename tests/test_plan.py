@@ -590,3 +590,25 @@ def test_fused_cluster_choice(mode):
     assert kind(256, 9216) == (1, None)
     assert choose_fused_cluster(2048, 4096, "ar") is None
     assert choose_fused_cluster(2048, 4096, "rs") == 1
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+def test_default_plans_cover_every_tile_and_cannot_deadlock(mode):
+    """Whatever the sm90 heuristics pick (1-CTA, 2x1 clusters with or without lag, pairs
+    along N, peers-first, any width), at every world size: each tile once per rank, the grid
+    resident, and no cycle of waits."""
+    kinds = set()
+    for world, M, K, N in itertools.product(WORLDS, (1, 100, 128, 129, 256, 300, 512, 768,
+                                                     1000, 1024, 2048, 4096),
+                                            (1024, 4096, 9216), (384, 7168, 8192)):
+        p = make_plan(M, N, K, world, 132, mode, pair_ctas=132)
+        kinds.add((p.cta_group, p.lag, p.pair_n, p.peers_first, p.bn))
+        assert p.grid <= p.sm_count and p.grid % p.cta_group == 0
+        for rank in range(world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles)), p
+        _assert_no_wait_cycle(p)
+    # every kind of plan the heuristics have is in this sweep
+    assert {(cg, lag, pn) for cg, lag, pn, _, _ in kinds} >= (
+        {(1, 0, False), (1, 1, False), (2, 0, False), (2, 1, False)}
+        | ({(2, 0, True)} if mode == "ar" else set()))
+    assert any(pf for _, _, _, pf, _ in kinds)
