@@ -367,7 +367,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     docstring; 1-CTA fused schedules, lag 0, no rotation); None: ``choose_small_m`` decides
     for sm90 plans nothing else was forced on. ``band``: unit rows per band of the order
     inside each list (0: row-major; None: ``choose_band``). ``pair_n``: 2x1 clusters that
-    pair tiles along N and share x's tile (module docstring; sm90, opt-in)."""
+    pair tiles along N and share x's tile (module docstring; sm90; False leaves it to
+    ``choose_small_m``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
