@@ -364,9 +364,10 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments). ``rotate``: lanes
     change part every round (1-CTA fused schedules), so every SM takes turns pushing.
     ``peers_first``: every lane computes peers' tiles, then its own (see the module
-    docstring; 1-CTA fused schedules, lag 0, no rotation); None: ``choose_small_m`` decides
-    for sm90 plans nothing else was forced on. ``band``: unit rows per band of the order
-    inside each list (0: row-major; None: ``choose_band``). ``pair_n``: 2x1 clusters that
+    docstring; 1-CTA fused schedules or pairs along N, lag 0, no rotation); None:
+    ``choose_small_m`` decides for sm90 plans nothing else was forced on. ``band``: unit
+    rows per band of the order inside each list (0: row-major; None: ``choose_band``).
+    ``pair_n``: 2x1 clusters that
     pair tiles along N and share x's tile (module docstring; sm90; False leaves it to
     ``choose_small_m``)."""
     if mode not in MODES:
