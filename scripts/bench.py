@@ -62,7 +62,8 @@ def parse() -> argparse.Namespace:
                         "(sub-tile ring depth x band swizzle), as gemm_b<band>_s<slots>")
     p.add_argument("--plan-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
-                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n>, the 1-CTA plan "
+                        "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n> (thread-store pushes; "
+                        "with the op's own push: rs_c<n>p / ar_c<n>p), the 1-CTA plan "
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
                         "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
@@ -212,6 +213,9 @@ class Bench:
                 cols[f"gemm_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"].gemm_only), sets)
                 cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"]), sets)
                 cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
+                for m in ("rs", "ar"):  # the same with the op's own push (bulk copies)
+                    cols[f"{m}_c{cg}p"] = (_forced(ops[m], cg, None, ops[m], push=ops[m].push),
+                                           sets)
             for band in (4, 8):  # 2x1 clusters walking bands of pair-tile rows (L2 reuse)
                 cols[f"gemm_c2_b{band}"] = (_forced(
                     ops["rs"], 2, None, lambda x, w, b=band: ops["rs"].gemm_only(x, w, band=b),
