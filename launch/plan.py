@@ -331,20 +331,21 @@ def choose_gemm_cluster(M: int, K: int) -> int:
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:
-    """The lag of a fused sm90 plan on 2x1 clusters, or None for 1-CTA tiles. The pair-tile
-    halves the loads of w per output tile, which pays once the mainloop dominates.
-    Measured on 2x H200 against the 1-CTA plan in the same run, N 7168 / 8192:
-    - lag 1 (where ``pairs_whole`` and 3+ rounds hide the slack; docs/PERF.md (e), K
-      2048-9216, M 2048-16384): RS 0-9% faster (one shape 3% slower), geomean 4.3%; AR from
-      M=4096 -3..+7%, geomean 1.5%; AR at M=2048 gained nothing, so it stays 1-CTA there;
-    - lag 0 at 4-8 tile rows (docs/PERF.md (g)): AR at K >= 4096 1-6% faster at M=512 and
-      1-2% at M=1024 (4-5% slower at K=1024); RS at K=9216, M=512 5% (at K=4096 and at
-      M=1024 it ties or loses up to 3%)."""
+    """The lag of a fused sm90 plan on 2x1 clusters, or None for 1-CTA tiles (``_make_plan``
+    takes the pair plan only where it is allowed: lag 1 where ``pairs_whole`` and 3+ rounds
+    hide the slack, lag 0 only where ``pairs_whole`` too). The pair-tile halves the loads of
+    w per output tile, which pays once the mainloop dominates. Measured on 2x H200 against
+    the 1-CTA plan in the same run, N 7168 / 8192:
+    - lag 1 (docs/PERF.md (e), K 2048-9216, M 2048-16384): RS 0-9% faster (one shape 3%
+      slower), geomean 4.3%; AR from M=4096 -3..+7%, geomean 1.5%;
+    - lag 0 from 4 tile rows up to the lag-1 range (docs/PERF.md (g)): AR at K >= 4096 0-6%
+      faster at M 512, 1024, 1536 and 2048 (4-5% slower at K=1024); RS at K=9216 5% at
+      M=512 and 1-3% at M=1536 (a tie at 1024; at K=4096 ties). Where a pair would straddle
+      two owners (M 640 and 768 here) the 2x1 plan lost up to 12% (RS) and 9% (AR), hence
+      ``pairs_whole``."""
     if K > 1024 and M >= (2048 if mode == "rs" else 4096):
         return 1
-    if mode == "ar" and K > 1024 and 3 * BM < M <= 8 * BM:
-        return 0
-    if mode == "rs" and K > 4096 and 3 * BM < M <= 6 * BM:
+    if M > 3 * BM and K > (1024 if mode == "ar" else 4096):
         return 0
     return None
 
@@ -409,8 +410,10 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                                   peers_first=False)
             except ValueError:  # some pair-tile straddles two owners: the 1-CTA plan
                 pair = None
-            # the 1-CTA schedule's rule: a round of slack only where 3+ rounds hide it
-            if pair is not None and (pair.lag == 0 or pair.rounds - pair.lag >= 3):
+            # lag 1: the 1-CTA schedule's rule, a round of slack only where 3+ rounds hide
+            # it; lag 0: only where no pair straddles two owners (``choose_fused_cluster``)
+            if pair is not None and (pair.rounds - pair.lag >= 3 if pair.lag
+                                     else pairs_whole(pair)):
                 return pair
     peers_first = bool(peers_first)
     cta_group = cg0 if cta_group is None else cta_group

@@ -2,7 +2,8 @@
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
 2x H200 (NV18), 2026-11-30 (g) (AR at one tile row on pairs along N, 2x1 clusters without
-lag at 4-8 tile rows; each column's calls timed in interleaved blocks),
+lag from 4 tile rows; each column's calls timed in interleaved blocks; the plans changed
+after it at a few shapes only where a same-run sweep measured them as fast or faster),
 the lowest over N in {7168, 8192}, so a point runs fused only if it won at every measured N
 (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from docs/perf/grid-2026-11-30g.json). A shape's speedup is interpolated bilinearly in (log2 M,
 log2 K) between the measured points around it (clamped to the measured range), and it runs
