@@ -115,8 +115,9 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     multicast to both CTAs of a cluster) are 8-20% faster than the 1-CTA plans they replace
     (64-wide peers-first at K=4096, the round order at K=9216; at K=1024 they tie); at
     K <= 1024 two tile rows run 64-wide peers-first too (5-11%), and up to M=1024 the
-    peers-first order at the usual width gains -2..+11% (RS at M=1024 is a wash). With longer K beyond one tile row the orders tie (+-1%), so the round order
-    stays. RS gains nothing from pairs along N (in either order it ties the 1-CTA plan)."""
+    peers-first order at the usual width gains -2..+11% (RS at M=1024 is a wash). With
+    longer K beyond one tile row the orders tie (+-1%), so the round order stays. RS gains
+    nothing from pairs along N (in either order it ties the 1-CTA plan)."""
     if M <= BM and mode == "ar" and K > 1024:
         return 64, False, True
     if M <= BM:
@@ -368,9 +369,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     docstring; 1-CTA fused schedules or pairs along N, lag 0, no rotation); None:
     ``choose_small_m`` decides for sm90 plans nothing else was forced on. ``band``: unit
     rows per band of the order inside each list (0: row-major; None: ``choose_band``).
-    ``pair_n``: 2x1 clusters that
-    pair tiles along N and share x's tile (module docstring; sm90; False leaves it to
-    ``choose_small_m``)."""
+    ``pair_n``: 2x1 clusters that pair tiles along N and share x's tile (module docstring;
+    sm90; False leaves it to ``choose_small_m``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
@@ -396,12 +396,12 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         cg0 = choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first, along_n = choose_small_m(M, K, mode)
-        if along_n and (N // bn0) % 2 == 0 and N % bn0 == 0:
+        if along_n and N % (2 * bn0) == 0:  # an even number of tile columns to pair
             return _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0, cta_group=2,
                               pair_ctas=pair_ctas, lag=None, rotate=False, peers_first=False,
                               pair_n=True)
-        if along_n:  # an odd number of 64-wide tile columns: the 1-CTA plan of one tile row
-            bn0, peers_first = 64, True
+        if along_n:  # otherwise the 1-CTA plan of one tile row: same width, peers-first
+            peers_first = True
         pair_lag = None if peers_first else choose_fused_cluster(M, K, mode)
         if pair_lag is not None:
             try:
