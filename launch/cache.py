@@ -17,7 +17,7 @@ log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
-TUNING = ("epi_slots", "peers_first", "pair_n", "trace")
+TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "trace")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Variant:
     # "tma_all" (AR's reduced tiles as bulk copies too)
     peers_first: int = 0  # 1: the peers-first schedule (plans with peers_first)
     pair_n: int = 0  # 1: 2x1 clusters pairing tiles along N (plans with pair_n)
+    stages: int = 0  # at least this many mainloop stages (the ring shrinks to fit)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

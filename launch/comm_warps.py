@@ -321,7 +321,9 @@ class CommWarps:
                             # the bulk copies this thread issued have landed
                             ptx.bulk_wait_all()
                             ptx.fence_proxy_async_global()
+                            self._mark(ws, cta, trace.FIRST_LANDED, first)
                         ptx.fence_sys()
+                        self._mark(ws, cta, trace.FIRST_FENCED, first)
                         for o in range(o_lo, o_hi + Int32(1)):
                             if cutlass.const_expr(self.multicast):
                                 ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off

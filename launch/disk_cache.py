@@ -24,6 +24,8 @@ from typing import Any
 log = logging.getLogger("rsar.launch")
 
 ENV = "RSAR_KERNEL_CACHE"
+# short, distinct name tags of the tuning knobs (peers_first and pair_n share an initial)
+_TAGS = {"epi_slots": "e", "peers_first": "pf", "pair_n": "pn", "stages": "st", "trace": "tr"}
 
 
 def cache_dir() -> Path | None:
@@ -49,7 +51,7 @@ def source_hash() -> str:
 
 def entry_name(v: Any) -> str:
     """Object-file stem and symbol prefix of a variant (letters, digits, underscores)."""
-    tune = "".join(f"_{k[0]}{n}" for k, n in v.tuning().items())
+    tune = "".join(f"_{_TAGS.get(k, k)}{n}" for k, n in v.tuning().items())
     push = getattr(v, "push", "lsu")
     tune += f"_{push}" if push != "lsu" else ""
     return (f"rsar_{v.arch}_bn{v.bn}_w{v.world}_{v.mode}_{v.transport}_cg{v.cta_group}{tune}"

@@ -26,7 +26,7 @@ CTRL_DONE = 256  # + 4 * src
 MAX_WORLD = 16
 _ALIGN = 4096
 TRACE_OFF = 4096
-TRACE_EVENTS = 32    # u64 %globaltimer values per CTA
+TRACE_EVENTS = 34    # u64 %globaltimer values per CTA
 TRACE_CTAS = 256
 TRACE_BYTES = TRACE_CTAS * TRACE_EVENTS * 8
 

@@ -69,7 +69,8 @@ class Sm90FusedKernel(CommWarps):
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
-                 peers_first: int = 0, pair_n: int = 0, trace: int = 0) -> None:
+                 peers_first: int = 0, pair_n: int = 0, stages: int = 0,
+                 trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -80,7 +81,9 @@ class Sm90FusedKernel(CommWarps):
         ``peers_first`` (compiled in; launching such a plan on another variant would mix
         orders). ``pair_n`` (with ``cta_group`` 2): the cluster's two tiles are neighbours in
         one tile row and share x's tile by TMA multicast instead of w's (plans with
-        ``pair_n``). ``trace``: record event times (``launch.trace``)."""
+        ``pair_n``). ``stages`` (0: default): at least this many mainloop stages, the
+        sub-tile ring then holding what smem has left (part of a tile for BN 224 / 256 at 4
+        stages). ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -119,11 +122,22 @@ class Sm90FusedKernel(CommWarps):
         # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
         # fourth mainloop stage (3 remain, as for BN=224); BN=128 keeps 6 (5 with padded
         # thread-store rows), BN=64 8.
-        self.epi_slots = epi_slots or self.num_sub
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM * BK + bn * BK) * 2
-        epi_bytes = BM * self.epi_pitch * 2 * self.epi_slots
+        slot_bytes = BM * self.epi_pitch * 2
+        self.epi_slots = epi_slots or self.num_sub
+        if stages:
+            if epi_slots:
+                raise ValueError("give the ring depth or the mainloop stages, not both")
+            if not 3 <= stages <= 8:
+                raise ValueError(f"stages must be 3..8, got {stages}")
+            fit = (smem - 2048 - stages * ab_bytes) // slot_bytes
+            if fit < 2:
+                raise ValueError(f"{stages} mainloop stages at BN={bn} leave {fit} ring slots; "
+                                 f"at least 2 are needed")
+            self.epi_slots = min(self.num_sub, fit)
+        epi_bytes = slot_bytes * self.epi_slots
         # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, 1 KiB spare
         self.ab_stage = min(8, (smem - 2048 - epi_bytes) // ab_bytes)
         if self.ab_stage < 3:

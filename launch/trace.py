@@ -34,7 +34,9 @@ COPY_DONE = 13     # AR: all other owners' tiles copied out
 EXIT_BARRIER = 14  # whole CTA reached the exit barrier
 EXIT = 15          # CTA's exit bookkeeping done (last CTA: peers told)
 MMA_LAST_DONE = 16  # MMA warps: last tile's sub-tiles all in the ring
-TILE_DONE = 17     # slots 17..31: communication done with the CTA's i-th tile (pushed and
+FIRST_LANDED = 17  # communication: first pushed tile's bulk copies complete (written at peers)
+FIRST_FENCED = 18  # communication: ... and the system-scope fence before its stamps passed
+TILE_DONE = 19     # slots 19..33: communication done with the CTA's i-th tile (pushed and
 TILE_SLOTS = layout.TRACE_EVENTS - TILE_DONE  # stamped, or reduced), its first 15 tiles
 
 NAMES = {v: k.lower() for k, v in dict(globals()).items()

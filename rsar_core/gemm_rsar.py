@@ -102,6 +102,8 @@ class GemmRsAr:
         # sm90: True forces 2x1 clusters pairing tiles along N (sharing x's tile); False lets
         # the plan choose (it takes them for AR at one tile row; force_cta_group=1 rules them out)
         self.force_pair_n = False
+        # sm90: at least this many mainloop stages (0: the plan's); the sub-tile ring shrinks
+        self.force_stages = 0
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -200,9 +202,10 @@ class GemmRsAr:
                          band: int | None = None) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
+        stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, push, trace)
+               self.force_pair_n, stages, push, trace)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -212,7 +215,7 @@ class GemmRsAr:
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
-                                   trace=trace))
+                                   stages=stages, trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

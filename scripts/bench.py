@@ -70,6 +70,10 @@ def parse() -> argparse.Namespace:
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64)")
+    p.add_argument("--stages-sweep", action="store_true",
+                   help="also time GEMM alone, RS and AR on the default plan with at least 4 "
+                        "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
+                        "gemm_st4 / rs_st4 / ar_st4")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
@@ -261,6 +265,9 @@ class Bench:
                                                  peers_first=True, pair_n=True), sets)
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
+        if self.args.stages_sweep:
+            for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
+                cols[f"{m}_st4"] = (_staged(ops[m if m != "gemm" else "rs"], 4, fn), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}
@@ -355,6 +362,17 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
             op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
             op.force_rotate = op.force_pair_n = False
             op.push = default
+    return call
+
+
+def _staged(op, stages: int, fn):
+    """fn with at least ``stages`` mainloop stages forced for the call."""
+    def call(x, w):
+        op.force_stages = stages
+        try:
+            return fn(x, w)
+        finally:
+            op.force_stages = 0
     return call
 
 

@@ -40,3 +40,11 @@ def test_cache_is_off_unless_asked(monkeypatch):
 def test_entry_names_change_with_the_kernel_source():
     name = disk_cache.entry_name(V)
     assert name.endswith(disk_cache.source_hash()) and name.replace("_", "").isalnum()
+
+
+def test_entry_names_tell_every_tuning_knob_apart():
+    import dataclasses
+    from launch.cache import TUNING
+    base = Variant("sm_90a", 64, 2, "rs", "unicast", 2)
+    names = {disk_cache.entry_name(dataclasses.replace(base, **{k: 1})) for k in TUNING}
+    assert len(names) == len(TUNING) and disk_cache.entry_name(base) not in names

@@ -41,6 +41,9 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", pair_n=1),
     Variant("sm_90a", 64, 2, "rs", "unicast", 2, push="tma", peers_first=1, pair_n=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", 2, push="tma_all", pair_n=1),
+    # 4 mainloop stages, the sub-tile ring holding part of the tile (6 of 7 / 4 of 8 slots)
+    Variant("sm_90a", 224, 2, "rs", "unicast", 2, push="tma", stages=4),
+    Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all", stages=4),
     # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
 ]
@@ -93,3 +96,24 @@ def test_default_push_per_arch_transport_and_mode():
 def test_wgmma_width_follows_the_tile(ptx_of, bn):
     ptx = ptx_of(Variant("sm_90a", bn, 2, "rs", "unicast", push="tma"))
     assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in ptx
+
+
+@pytest.mark.parametrize("bn,push,slots", [(224, "tma", 6), (256, "tma", 4), (256, "tma_all", 4),
+                                           (128, "tma", 4), (224, "lsu", 4)])
+def test_stages_knob_shrinks_the_ring_to_fit(bn, push, slots):
+    from launch.sm90_kernel import Sm90FusedKernel
+    k = Sm90FusedKernel(bn, 2, "rs", "unicast", push=push, stages=4)
+    assert k.ab_stage >= 4 and k.epi_slots == slots
+    assert Sm90FusedKernel(bn, 2, "rs", "unicast", push=push).ab_stage >= 3
+    # a partial ring hands slots back per sub-tile (a tile's copies cannot all be in flight)
+    assert k.defer_release == (push != "lsu" and slots >= bn // 32)
+
+
+def test_stages_knob_rejects_what_cannot_fit():
+    from launch.sm90_kernel import Sm90FusedKernel
+    with pytest.raises(ValueError, match="stages"):
+        Sm90FusedKernel(256, 2, "rs", "unicast", push="tma", stages=5)
+    with pytest.raises(ValueError, match="stages must be"):
+        Sm90FusedKernel(128, 2, "rs", "unicast", stages=9)
+    with pytest.raises(ValueError, match="not both"):
+        Sm90FusedKernel(128, 2, "rs", "unicast", epi_slots=2, stages=4)

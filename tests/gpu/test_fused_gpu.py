@@ -141,6 +141,26 @@ def test_pairs_along_n(comm, M, K, ar, bn, pf):
         op.force_pair_n, op.force_bn, op.force_peers_first = False, None, None
 
 
+@pytest.mark.parametrize("cta_group", [1, 2])
+@pytest.mark.parametrize("bn", [224, 256])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [1024, 4096])
+@pytest.mark.parametrize("M", [129, 1000, 4096, 8191])
+def test_four_stages_partial_ring(comm, M, K, ar, bn, cta_group):
+    """4 mainloop stages with a sub-tile ring that holds part of a tile (slots come back per
+    sub-tile, so the MMA warps wait for the first pushes before the tile's last sub-tiles)."""
+    op = get_op(comm, 7168, ar)
+    op.force_stages, op.force_bn, op.force_cta_group = 4, bn, cta_group
+    try:
+        assert op.plan(M, K).bn == bn
+        check(op, seed=M * 3 + K + bn + int(ar) + 7 * cta_group, M=M, K=K)
+        dev = torch.device("cuda", torch.cuda.current_device())
+        x, w = rank_inputs(M + bn, op.rank, M, op.N, K, dev)
+        assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
+    finally:
+        op.force_stages, op.force_bn, op.force_cta_group = 0, None, None
+
+
 @pytest.mark.parametrize("bn", [None, 64])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_gemm_only_pairs_along_n(comm, M, bn):
