@@ -326,12 +326,12 @@ class CommWarps:
                         self._mark(ws, cta, trace.FIRST_FENCED, first)
                         for o in range(o_lo, o_hi + Int32(1)):
                             if cutlass.const_expr(self.multicast):
-                                ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                                   + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                              + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
                             else:
                                 if o != rank:
-                                    ptx.st_release_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                                       + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                                  + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
                         if cutlass.const_expr(self.mode == "ar" and not self.multicast):
                             if direct:
                                 self._stamp_results(t, peer_tab, result_off, stamp, rank)
@@ -555,8 +555,8 @@ class CommWarps:
     def _stamp_results(self, t, peer_tab, result_off, stamp, rank):
         for p in cutlass.range_constexpr(self.world):
             if Int32(p) != rank:
-                ptx.st_release_sys(protocol.peer_base(peer_tab, Int32(p)) + result_off
-                                   + Int64(t) * Int64(4), stamp)
+                ptx.stamp_sys(protocol.peer_base(peer_tab, Int32(p)) + result_off
+                              + Int64(t) * Int64(4), stamp)
 
     @cute.jit
     def _store_result(self, r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N, rank, local_M,

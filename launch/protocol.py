@@ -87,5 +87,5 @@ def finish_launch(ws: Int64, peer_tab: Int64, epoch: Int32, num_ctas: Int32,
             ptx.fence_sys()
             for p in cutlass.range_constexpr(world):
                 if Int32(p) != rank:
-                    ptx.st_release_sys(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_DONE)
-                                       + Int64(4) * Int64(rank), epoch + Int32(1))
+                    ptx.stamp_sys(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_DONE)
+                                  + Int64(4) * Int64(rank), epoch + Int32(1))

@@ -55,9 +55,14 @@ def ld_relaxed_gpu(addr, *, loc=None, ip=None) -> Int32:
 
 
 @dsl_user_op
-def st_release_sys(addr, val, *, loc=None, ip=None) -> None:
+def stamp_sys(addr, val, *, loc=None, ip=None) -> None:
+    """A flag a peer reads with ld.acquire.sys, stored after this thread's ``fence_sys()``:
+    fence.acq_rel.sys then st.relaxed.sys is a release pattern (PTX memory model), so the
+    flag orders every write the fence covers. st.release.sys would fence a second time, and
+    a system-scope fence costs ~2 us on 2x H200 even with no write in flight (docs/PERF.md
+    (h): fence 2.4-3.1 us, then 2.0-2.2 us more for the st.release.sys stamp)."""
     _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
-         "st.release.sys.global.b32 [$0], $1;", "l,r,~{memory}", loc, ip)
+         "st.relaxed.sys.global.b32 [$0], $1;", "l,r,~{memory}", loc, ip)
 
 
 @dsl_user_op

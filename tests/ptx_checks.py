@@ -6,12 +6,14 @@ from typing import Any
 
 def assert_protocol_ptx(ptx: str, v: Any) -> None:
     """The exchange protocol is in ``v``'s PTX exactly when the variant communicates: system-
-    scope acquire/release stamps and timed waits; multimem loads-with-reduce (and, for AR
+    scope fences, relaxed stamps, acquire loads and timed waits; multimem loads-with-reduce (and, for AR
     only, multimem stores) on the multicast transport, no multimem on unicast."""
     if v.mode == "gemm":
         assert "ld.acquire.sys" not in ptx and "multimem" not in ptx
         return
-    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "%globaltimer" in ptx
+    assert "ld.acquire.sys" in ptx and "%globaltimer" in ptx
+    # stamps are relaxed stores after a system fence (a release pattern that fences once)
+    assert "fence.acq_rel.sys" in ptx and "st.relaxed.sys" in ptx and "st.release.sys" not in ptx
     if v.transport == "multicast":
         assert "multimem.ld_reduce" in ptx
         if v.mode == "ar":

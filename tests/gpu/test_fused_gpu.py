@@ -364,8 +364,8 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
         ev = op.read_trace(M, 1024)
     finally:
         op.trace = False
-    chains = (["start", "peers_done", "first_sub", "first_tile_sent", "first_stamped",
-               "exit_barrier", "exit"],                      # communication warps
+    chains = (["start", "peers_done", "first_sub", "first_tile_sent", "first_fenced",
+               "first_stamped", "exit_barrier", "exit"],     # communication warps
               ["mma_first_k", "mma_acc_done", "first_sub"])  # MMA warps, then the hand-over
     worked = [c for c, t in enumerate(ev["mma_acc_done"]) if t is not None]
     assert worked, "no CTA recorded a tile"
@@ -374,6 +374,9 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
             times = [ev[name][c] for name in order]
             assert None not in times, f"CTA {c}: an event is missing: {dict(zip(order, times))}"
             assert times == sorted(times), f"CTA {c}: out of order: {dict(zip(order, times))}"
+    for c in worked:  # bulk-copy pushes: the copies complete between the hand-over and the fence
+        landed = ev["first_landed"][c]
+        assert landed is None or ev["first_tile_sent"][c] <= landed <= ev["first_fenced"][c]
     assert len(ev["start"]) == op.plan(M, 1024).grid and trace.NAMES[trace.EXIT] == "exit"
     plan = op.plan(M, 1024)
     for c in worked:  # one time per tile the CTA communicated, in order, from the first stamp
