@@ -130,3 +130,13 @@ def test_report_lines_readable():
     assert "RS" in lines[1] and "500x7168" in lines[1] and "2.45e-03 ok" in lines[1]
     assert "155.0 us" in lines[1]
     assert "AR" in lines[2] and "FAIL" in lines[2] and "RsarTimeoutError" in lines[2]
+
+
+@needs_no_gpu
+def test_launch_cost_script_refuses_plainly_without_gpus():
+    script = REPO / "scripts" / "launch_cost.py"
+    p = subprocess.run([sys.executable, str(script), "--M", "128"], capture_output=True,
+                       text=True, env=_plain_env(), timeout=120, cwd=str(REPO),
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "needs 2+ ranks" in p.stdout, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
