@@ -161,6 +161,20 @@ def test_four_stages_partial_ring(comm, M, K, ar, bn, cta_group):
         op.force_stages, op.force_bn, op.force_cta_group = 0, None, None
 
 
+@pytest.mark.parametrize("M", [1, 129, 1000])
+def test_gemm_only_64_wide(comm, M):
+    """The plain GEMM on 64-wide 1-CTA tiles (twice the CTAs of 128-wide ones at small M)."""
+    op = get_op(comm, 7168, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M + 64, op.rank, M, op.N, 4096, dev)
+    op.force_bn, op.force_cta_group = 64, 1
+    try:
+        y = op.gemm_only(x, w)
+    finally:
+        op.force_bn = op.force_cta_group = None
+    assert rel_error(y, x.double() @ w.double().t()) < TOL
+
+
 @pytest.mark.parametrize("bn", [None, 64])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_gemm_only_pairs_along_n(comm, M, bn):
