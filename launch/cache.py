@@ -17,7 +17,7 @@ log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
-TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "trace")
+TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "trace")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Variant:
     peers_first: int = 0  # 1: the peers-first schedule (plans with peers_first)
     pair_n: int = 0  # 1: 2x1 clusters pairing tiles along N (plans with pair_n)
     stages: int = 0  # at least this many mainloop stages (the ring shrinks to fit)
+    push_all: int = 0  # 1: the push-all AR plan (plans with push_all)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

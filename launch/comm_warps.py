@@ -4,7 +4,8 @@ A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-t
 shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
 order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
-(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, default 1 / False).
+(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, ``pair_n``,
+``push_all``, default 1 / False).
 Everything here - the round schedule, tile classes, receive slots, pushes, waits, reductions,
 stamps, the AR copy-out - is independent of how the tile was computed (wgmma on sm90, tcgen05
 on sm100).
@@ -50,6 +51,9 @@ class CommWarps:
     peers_first = False
     # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
     pair_n = False
+    # True (AR, unicast, bulk-copy pushes): every rank pushes every tile to every peer and
+    # reduces every tile itself, after its last push (``TilePlan.push_all``)
+    push_all = False
     # True: record event times (``launch.trace``)
     trace = False
 
@@ -113,7 +117,7 @@ class CommWarps:
             num_units = units_m * tiles_n
         t = Int32(-1)
         band = lag >> Int32(8)
-        if cutlass.const_expr(self.mode == "gemm"):
+        if cutlass.const_expr(self.mode == "gemm" or self.push_all):
             t = rnd * chunk + lane
             if t >= num_units:
                 t = Int32(-1)
@@ -215,7 +219,11 @@ class CommWarps:
                 cls = Int32(_FOREIGN)
                 if (o_lo <= rank) & (rank <= o_hi):
                     cls = Int32(_MIXED)
-        if cutlass.const_expr(self.mode == "ar"):
+        if cutlass.const_expr(self.mode == "ar" and self.push_all):
+            cls = Int32(_MIXED)
+            o_lo = Int32(0)
+            o_hi = Int32(self.world - 1)
+        elif cutlass.const_expr(self.mode == "ar"):
             o_lo = t * Int32(self.world) // num_tiles
             o_hi = o_lo
             if o_lo != rank:
@@ -225,7 +233,9 @@ class CommWarps:
     @cute.jit
     def _slot(self, owner, t, tm, tn, tiles_n, local_M, num_tiles):
         s = Int32(0)
-        if cutlass.const_expr(self.mode == "rs"):
+        if cutlass.const_expr(self.push_all):
+            s = t
+        elif cutlass.const_expr(self.mode == "rs"):
             s = (tm - (owner * local_M) // Int32(BM)) * tiles_n + tn
         else:
             s = t - (owner * num_tiles + Int32(self.world - 1)) // Int32(self.world)
@@ -348,7 +358,7 @@ class CommWarps:
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
 
-        if cutlass.const_expr(self.mode == "rs"):
+        if cutlass.const_expr(self.mode == "rs" or self.push_all):
             # tiles shared with other owners: every push of this CTA is out, now sum own rows
             for rnd in range(rounds):
                 t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
@@ -363,7 +373,7 @@ class CommWarps:
                                               region_bytes, part_off, out_off, stamp, epoch,
                                               timeout_ns, err_addr, cta)
             self._mark(ws, cta, trace.DEFER_DONE, ctid == 0)
-        if cutlass.const_expr(self.mode == "ar"):
+        if cutlass.const_expr(self.mode == "ar" and not self.push_all):
             self._ar_copy_out(ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
                               out_addr, result_off, out_off, timeout_ns, err_addr)
             self._mark(ws, cta, trace.COPY_DONE, ctid == 0)
@@ -431,6 +441,11 @@ class CommWarps:
                     r1 = cutlass.min((o + Int32(1)) * local_M - m0, rows)
                     self._bulk_rows(e, o, r0, r1, slot_smem, t, tm, tn, rank, local_M, tiles_n,
                                     num_tiles, peer_tab, recv_off, region_bytes, park_addr)
+            elif cutlass.const_expr(self.push_all):
+                for o in cutlass.range_constexpr(self.world):  # every peer, and parked
+                    self._bulk_rows(e, Int32(o), Int32(0), rows, slot_smem, t, tm, tn, rank,
+                                    local_M, tiles_n, num_tiles, peer_tab, recv_off,
+                                    region_bytes, park_addr)
             else:
                 self._bulk_rows(e, owner, Int32(0), rows, slot_smem, t, tm, tn, rank, local_M,
                                 tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
@@ -494,7 +509,8 @@ class CommWarps:
                 if live & mine:
                     r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
                     self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
-                                       rank, local_M, peer_tab, out_off, Int64(0), not bulk)
+                                       rank, local_M, peer_tab, out_off, Int64(0),
+                                       not bulk and not self.push_all)
                     if cutlass.const_expr(bulk):
                         ptx.st_shared_v4(own_smem + smem_off, r[0], r[1], r[2], r[3])
         if cutlass.const_expr(bulk):
@@ -607,7 +623,7 @@ class CommWarps:
                                  region_bytes, m0, tn, rows_end, t, out_addr, N, rank, local_M,
                                  peer_tab, out_off, False)
         self.comm_bar.arrive_and_wait()
-        if cutlass.const_expr(self.mode == "ar"):
+        if cutlass.const_expr(self.mode == "ar" and not self.push_all):
             if ctid == 0:
                 ptx.fence_sys()
                 self._stamp_results(t, peer_tab, result_off, stamp, rank)

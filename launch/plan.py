@@ -53,6 +53,20 @@ K > 1024; on 2x H200 RS up to 13% faster at K=9216, docs/PERF.md (d)). The band 
 positions inside a list only, so which round handles which position, and with it the wait
 argument above, is unchanged.
 
+Push-all AR (``push_all``; world 2, sm90 1-CTA unicast, M <= ``PUSH_ALL_MAX_M``, off by
+default)
+Each rank pushes its whole partial of every tile to the other and reduces every tile itself:
+one exchange instead of AR's reduce-then-broadcast, so at small M one system fence, stamp
+and poll per tile instead of two, and no copy-out of results. At world 2 it moves the same
+bytes as the owner scheme (the partial of half the tiles out, the reduced other half back),
+and both ranks compute the same sum bit for bit (fp32 a + b = b + a, the owner scheme's sum
+too); at world w it would move w/2 times the bytes and sum in a rank-dependent order, so it
+is a world-2 plan. Tiles are computed in the plain GEMM's flat order (unit
+``rnd * chunk + lane``, banded as there); each tile's partial is pushed to every peer and
+parked for the rank itself, and the reductions wait until the CTA's last tile is pushed, as
+RS does for tiles it shares with other owners: no push ever waits, so no cycle of waits can
+form. Every rank receives every tile, in receive slot t.
+
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
 L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
@@ -75,6 +89,9 @@ TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
 MAX_BAND = 255
+# Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
+# grows with M; workspaces hold their receive slots up to this M
+PUSH_ALL_MAX_M = 1024
 # Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
 BLACKWELL = ("sm_100a", "sm_103a")
 
@@ -153,6 +170,7 @@ class TilePlan:
     peers_first: bool = False
     band: int = 0
     pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
+    push_all: bool = False  # AR: every rank pushes every tile to every peer (module docstring)
 
     @property
     def sched_word(self) -> int:
@@ -195,7 +213,10 @@ class TilePlan:
         return t * self.world // self.num_tiles
 
     def tile_owners(self, t: int) -> list[int]:
-        """Every rank that receives part of tile t (RS: by rows, AR: one owner)."""
+        """Every rank that receives part of tile t (RS: by rows, AR: one owner, push-all
+        AR: every rank)."""
+        if self.push_all:
+            return list(range(self.world))
         if self.mode == "ar":
             return [self.tile_owner(t)]
         if self.mode == "gemm":
@@ -231,7 +252,7 @@ class TilePlan:
 
     def scheduled_unit(self, rank: int, lane: int, rnd: int) -> int:
         """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
-        if self.mode == "gemm":
+        if self.mode == "gemm" or self.push_all:
             u = rnd * self.chunk + lane
             if u >= self.num_units:
                 return -1
@@ -281,6 +302,8 @@ class TilePlan:
         return [t for t in tiles if t >= 0]
 
     def recv_slot(self, owner: int, t: int) -> int:
+        if self.push_all:
+            return t
         if self.mode == "ar":
             return t - self.ar_start(owner)
         tm, tn = divmod(t, self.tiles_n)
@@ -356,7 +379,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
-              pair_n: bool = False) -> TilePlan:
+              pair_n: bool = False, push_all: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -370,11 +393,18 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``choose_small_m`` decides for sm90 plans nothing else was forced on. ``band``: unit
     rows per band of the order inside each list (0: row-major; None: ``choose_band``).
     ``pair_n``: 2x1 clusters that pair tiles along N and share x's tile (module docstring;
-    sm90; False leaves it to ``choose_small_m``)."""
+    sm90; False leaves it to ``choose_small_m``). ``push_all``: the push-all AR plan
+    (module docstring; ``bn`` None: 64-wide tiles where they fit one wave, else the plain
+    GEMM's width)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
+    if push_all:
+        plan = _make_push_all_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn,
+                                   cta_group=cta_group, lag=lag, rotate=rotate,
+                                   peers_first=peers_first, pair_n=pair_n)
+        return replace(plan, band=choose_band(K, 1) if band is None else band)
     if pair_n:
         if arch in BLACKWELL or cta_group == 1 or rotate:
             raise ValueError("pairs along N are sm90 2x1-cluster plans, without rotation")
@@ -476,6 +506,27 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                    rotate=rotate)
 
 
+def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
+                        arch: str, bn: int | None, cta_group: int | None, lag: int | None,
+                        rotate: bool, peers_first: bool | None, pair_n: bool) -> TilePlan:
+    if (mode != "ar" or arch in BLACKWELL or cta_group not in (None, 1) or lag not in (None, 0)
+            or rotate or peers_first or pair_n):
+        raise ValueError("push-all plans are sm90 AR plans on 1-CTA tiles in the flat order "
+                         "(no lag, rotation, peers-first order or pairs)")
+    if world != 2:
+        raise ValueError(f"push-all plans are world-2 plans (identical sums on both ranks, "
+                         f"the owner scheme's bytes); got world {world}")
+    if M > PUSH_ALL_MAX_M:
+        raise ValueError(f"push-all plans reduce every tile at the end of the launch; they "
+                         f"run up to M={PUSH_ALL_MAX_M}, got M={M}")
+    if bn is None:
+        fits = N % 64 == 0 and ceil_div(M, BM) * (N // 64) <= sm_count
+        bn = 64 if fits else None
+    flat = _make_plan(M, N, K, world, sm_count, "gemm", arch=arch, bn=bn, cta_group=1,
+                      pair_ctas=None, lag=None, rotate=False, peers_first=False)
+    return replace(flat, mode="ar", push_all=True)
+
+
 def pairs_whole(p: TilePlan) -> bool:
     """No pair-tile holds tiles of two owners: every list starts on an even tile row (RS:
     no tile row is shared either); with pairs along N, on an even tile."""
@@ -533,4 +584,6 @@ def max_recv_slots(max_M: int, N: int, world: int, bn: int) -> int:
     tiles_n = N // bn
     rs = (ceil_div(ceil_div(max_M, world), BM) + 1) * tiles_n
     ar = ceil_div(ceil_div(max_M, BM) * tiles_n, world)
-    return max(rs, ar)
+    # push-all AR (world 2): every tile, in slot t
+    push_all = ceil_div(min(max_M, PUSH_ALL_MAX_M), BM) * tiles_n if world == 2 else 0
+    return max(rs, ar, push_all)

@@ -70,7 +70,7 @@ class Sm90FusedKernel(CommWarps):
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 trace: int = 0) -> None:
+                 push_all: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -83,7 +83,9 @@ class Sm90FusedKernel(CommWarps):
         one tile row and share x's tile by TMA multicast instead of w's (plans with
         ``pair_n``). ``stages`` (0: default): at least this many mainloop stages, the
         sub-tile ring then holding what smem has left (part of a tile for BN 224 / 256 at 4
-        stages). ``trace``: record event times (``launch.trace``)."""
+        stages). ``push_all``: the push-all AR plan (``TilePlan.push_all``: every tile to
+        every peer, every tile reduced here; AR, unicast, 1-CTA, bulk-copy pushes).
+        ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -98,6 +100,11 @@ class Sm90FusedKernel(CommWarps):
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
         self.pair_n = bool(pair_n)
+        self.push_all = bool(push_all)
+        if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
+                              or not self.tma_push or self.peers_first or world != 2):
+            raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "
+                             "bulk-copy pushes, in the flat order")
         if self.pair_n and cta_group != 2:
             raise ValueError("pairs along N are 2x1-cluster plans")
         if self.peers_first and cta_group == 2 and not self.pair_n:

@@ -69,7 +69,8 @@ def parse() -> argparse.Namespace:
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
-                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64)")
+                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64); at world 2, AR on the "
+                        "push-all plan (ar_all; 64-wide: ar_all64; M <= 1024)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -265,6 +266,10 @@ class Bench:
                                                  peers_first=True, pair_n=True), sets)
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
+        if self.args.plan_sweep and W == 2:
+            # push-all AR (world 2, M <= 1024): every tile to the other rank, reduced on both
+            cols["ar_all"] = (_pushed_all(ops["ar"], None), sets)
+            cols["ar_all64"] = (_pushed_all(ops["ar"], 64), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_st4"] = (_staged(ops[m if m != "gemm" else "rs"], 4, fn), sets)
@@ -362,6 +367,17 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
             op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
             op.force_rotate = op.force_pair_n = False
             op.push = default
+    return call
+
+
+def _pushed_all(op, bn: int | None):
+    """op (AR) on the push-all plan, at width ``bn`` (None: the plan's) for the call."""
+    def call(x, w):
+        op.force_push_all, op.force_bn = True, bn
+        try:
+            return op(x, w)
+        finally:
+            op.force_push_all, op.force_bn = False, None
     return call
 
 

@@ -71,6 +71,8 @@ def main() -> int:
     p.add_argument("--peers-first", action="store_true")
     p.add_argument("--pair-n", action="store_true",
                    help="2x1 clusters pairing tiles along N (GemmRsAr.force_pair_n)")
+    p.add_argument("--push-all", action="store_true",
+                   help="AR on the push-all plan (GemmRsAr.force_push_all; world 2, M <= 1024)")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
@@ -91,6 +93,7 @@ def main() -> int:
         op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
+        op.force_push_all = a.push_all and mode == "ar"
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)
@@ -122,6 +125,7 @@ def main() -> int:
                     print(f"\n{mode} M={M} N={a.N} K={K}: {plain_us:.1f} us untraced; plan BN={plan.bn} "
                           f"grid={plan.grid} rounds={plan.rounds} tiles={plan.num_tiles}"
                           + (" pairs along N" if plan.pair_n else "")
+                          + (" push-all" if plan.push_all else "")
                           + (f"; launch {a.queue} of {a.queue} queued" if a.queue > 1 else ""))
                     sums = [_summary(r["events"]) for r in everyone]
                     names = [n for n in ev if any(n in s for s in sums)

@@ -44,6 +44,9 @@ VARIANTS = [
     # 4 mainloop stages, the sub-tile ring holding part of the tile (6 of 7 / 4 of 8 slots)
     Variant("sm_90a", 224, 2, "rs", "unicast", 2, push="tma", stages=4),
     Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all", stages=4),
+    # push-all AR: every tile to every peer, every tile reduced on every rank
+    Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1),
+    Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", push_all=1),
     # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
 ]
@@ -117,3 +120,24 @@ def test_stages_knob_rejects_what_cannot_fit():
         Sm90FusedKernel(128, 2, "rs", "unicast", stages=9)
     with pytest.raises(ValueError, match="not both"):
         Sm90FusedKernel(128, 2, "rs", "unicast", epi_slots=2, stages=4)
+
+
+def test_push_all_ar_has_no_results_round(ptx_of):
+    """Push-all AR sends partials only: no reduced tiles to peers' OUT, no RESULT waits."""
+    plain = ptx_of(Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all"))
+    pa = ptx_of(Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1))
+    # the owner scheme waits on result stamps in its copy-out; push-all has no copy-out, so
+    # fewer timed waits (each inlines a %globaltimer read)
+    assert pa.count("%globaltimer") < plain.count("%globaltimer")
+    assert pa.count("cp.async.bulk.global.shared") >= 2  # to the peer, and parked
+
+
+def test_push_all_refuses_what_it_cannot_combine():
+    from launch.sm90_kernel import Sm90FusedKernel
+    for kw in (dict(mode="rs"), dict(transport="multicast"), dict(cta_group=2),
+               dict(push="lsu"), dict(peers_first=1), dict(world=4)):
+        args = dict(mode="ar", transport="unicast", cta_group=1, push="tma_all", world=2)
+        args.update(kw)
+        with pytest.raises(ValueError, match="push-all"):
+            Sm90FusedKernel(64, args.pop("world"), args.pop("mode"), args.pop("transport"),
+                            args.pop("cta_group"), push_all=1, **args)

@@ -620,3 +620,82 @@ def test_default_plans_cover_every_tile_and_cannot_deadlock(mode):
         {(1, 0, False), (1, 1, False), (2, 0, False), (2, 1, False)}
         | ({(2, 0, True)} if mode == "ar" else set()))
     assert any(pf for _, _, _, pf, _ in kinds)
+
+
+# ---------------------------------------------------------------- push-all AR
+from launch.plan import PUSH_ALL_MAX_M  # noqa: E402
+
+
+def _push_all_plans():
+    for M, K, N in itertools.product((1, 100, 128, 129, 256, 300, 512, 1000, 1024),
+                                     (64, 1024, 9216), (384, 7168, 8192)):
+        yield make_plan(M, N, K, 2, 132, "ar", push_all=True)
+    for bn in (64, 128, 224, 256):
+        yield make_plan(700, 7168, 1024, 2, 132, "ar", push_all=True, bn=bn)
+
+
+def test_push_all_covers_every_tile_once_per_rank_in_the_flat_order():
+    for p in _push_all_plans():
+        assert p.push_all and p.mode == "ar" and p.cta_group == 1 and p.lag == 0
+        assert p.grid <= p.sm_count and not p.peers_first
+        for rank in range(p.world):
+            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles)), p
+            # every rank computes a tile in the same round as its peers (the flat order)
+            assert _rounds_by_tile(p, rank) == _rounds_by_tile(p, 0)
+        # every rank receives every tile: no tile is owned by one rank alone, so every
+        # reduction waits until the CTA's last push (the RS shared-tile argument)
+        assert all(p.tile_owners(t) == list(range(p.world)) for t in range(p.num_tiles))
+
+
+def test_push_all_width_and_receive_slots():
+    assert make_plan(128, 7168, 1024, 2, 132, "ar", push_all=True).bn == 64  # 112 tiles
+    assert make_plan(512, 7168, 1024, 2, 132, "ar", push_all=True).bn != 64  # 448 would not fit
+    for p in _push_all_plans():
+        bound = max_recv_slots(max(p.M, 1024), p.N, p.world, p.bn)
+        for o in range(p.world):
+            slots = [p.recv_slot(o, t) for t in range(p.num_tiles)]
+            assert slots == list(range(p.num_tiles)) and max(slots) < bound
+
+
+def test_push_all_simulated_exchange_sums_exactly():
+    import random
+    rng = random.Random(11)
+    for world, M in [(2, 300), (2, 129), (2, 1)]:
+        p = make_plan(M, 128, 64, world, 20, "ar", push_all=True)
+        part = {(r, g, c): rng.randint(-9, 9) for r in range(world) for g in range(M)
+                for c in range(p.N)}
+        recv = {}
+        for src in range(world):
+            for t in range(p.num_tiles):
+                tm, tn = divmod(t, p.tiles_n)
+                for o in range(world):
+                    if o == src:
+                        continue
+                    for g in range(tm * BM, min(tm * BM + BM, M)):
+                        for c in range(tn * p.bn, (tn + 1) * p.bn):
+                            key = (o, p.src_index(src, o, world), p.recv_slot(o, t), g % BM, c % p.bn)
+                            assert key not in recv
+                            recv[key] = part[(src, g, c)]
+        for o in range(world):
+            for t in range(p.num_tiles):
+                tm, tn = divmod(t, p.tiles_n)
+                for g in range(tm * BM, min(tm * BM + BM, M)):
+                    for c in range(tn * p.bn, (tn + 1) * p.bn):
+                        total = part[(o, g, c)] + sum(
+                            recv[(o, s, p.recv_slot(o, t), g % BM, c % p.bn)]
+                            for s in range(world - 1))
+                        assert total == sum(part[(r, g, c)] for r in range(world))
+
+
+def test_push_all_refuses_what_it_cannot_combine():
+    ok = dict(M=512, N=7168, K=1024, world=2, sm_count=132, mode="ar")
+    for kw in (dict(mode="rs"), dict(mode="gemm"), dict(M=PUSH_ALL_MAX_M + 1),
+               dict(arch="sm_100a"), dict(cta_group=2), dict(lag=1), dict(rotate=True),
+               dict(peers_first=True), dict(pair_n=True), dict(world=4)):
+        args = dict(ok)
+        args.update(kw)
+        with pytest.raises(ValueError, match="push-all|pairs along N|world-2"):
+            make_plan(args.pop("M"), args.pop("N"), args.pop("K"), args.pop("world"),
+                      args.pop("sm_count"), args.pop("mode"), push_all=True, **args)
+    # the workspace holds every tile's slot up to PUSH_ALL_MAX_M at any max_M
+    assert max_recv_slots(8192, 7168, 2, 64) >= (PUSH_ALL_MAX_M // BM) * 112

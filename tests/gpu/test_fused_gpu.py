@@ -161,6 +161,65 @@ def test_four_stages_partial_ring(comm, M, K, ar, bn, cta_group):
         op.force_stages, op.force_bn, op.force_cta_group = 0, None, None
 
 
+def _same_on_every_rank(comm, y: torch.Tensor) -> bool:
+    mine = y.view(torch.int16).cpu().numpy().tobytes()
+    return all(other == mine for other in comm.allgather(mine))
+
+
+@pytest.mark.parametrize("bn", [None, 64, 128])
+@pytest.mark.parametrize("N", [384, 7168])
+@pytest.mark.parametrize("K", [64, 1024, 4096])
+@pytest.mark.parametrize("M", [1, 127, 129, 300, 1000])
+def test_push_all_ar(comm, M, N, K, bn):
+    """Push-all AR (every tile to the other rank, every tile reduced on both): correct, and
+    the two ranks' results identical bit for bit, as the owner scheme's are."""
+    if comm.Get_size() != 2:
+        pytest.skip("push-all plans are world-2 plans")
+    op = get_op(comm, N, True)
+    op.force_push_all, op.force_bn = True, bn
+    try:
+        p = op.plan(M, K)
+        assert p.push_all and (bn is None or p.bn == bn)
+        seed = M * 7 + K * 3 + N + (bn or 0)
+        check(op, seed=seed, M=M, K=K)
+        dev = torch.device("cuda", torch.cuda.current_device())
+        x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
+        y = op(x, w)
+        torch.cuda.synchronize()
+        assert _same_on_every_rank(comm, y)
+    finally:
+        op.force_push_all, op.force_bn = False, None
+
+
+def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
+    """300 queued AR calls of random M <= 1024, push-all and owner plans mixed (their
+    stamps and slots reused across kinds): on the same 64-wide tiles push-all equals the
+    owner plan bit for bit."""
+    if comm.Get_size() != 2:
+        pytest.skip("push-all plans are world-2 plans")
+    op = get_op(comm, 384, True)
+    op.force_bn = 64
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(77)
+    pairs = []
+    try:
+        for step in range(300):
+            M = rng.randint(1, 1024)
+            x, w = rank_inputs(5000 + step, op.rank, M, op.N, 256, dev)
+            op.force_push_all = rng.random() < 0.5
+            y = op(x, w)
+            if rng.random() < 0.1:
+                op.force_push_all = not op.force_push_all
+                pairs.append((step, M, y, op(x, w)))
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        op.force_push_all, op.force_bn = False, None
+    assert pairs
+    for step, M, a, b in pairs:
+        assert torch.equal(a, b), f"step {step} M={M}: push-all and the owner plan differ"
+
+
 @pytest.mark.parametrize("M", [1, 129, 1000])
 def test_gemm_only_64_wide(comm, M):
     """The plain GEMM on 64-wide 1-CTA tiles (twice the CTAs of 128-wide ones at small M)."""
