@@ -70,7 +70,7 @@ class Sm90FusedKernel(CommWarps):
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 push_all: int = 0, trace: int = 0) -> None:
+                 push_all: int = 0, pdl: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -85,6 +85,10 @@ class Sm90FusedKernel(CommWarps):
         sub-tile ring then holding what smem has left (part of a tile for BN 224 / 256 at 4
         stages). ``push_all``: the push-all AR plan (``TilePlan.push_all``: every tile to
         every peer, every tile reduced here; AR, unicast, 1-CTA, bulk-copy pushes).
+        ``pdl``: programmatic dependent launch: the launch may begin while the previous
+        kernel of the stream finishes (its CTAs take SMs as that kernel's CTAs exit, set up
+        their barriers, then wait in ``griddepcontrol.wait`` before touching global memory),
+        and lets the next PDL launch do the same once every CTA of this one is running.
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -101,6 +105,7 @@ class Sm90FusedKernel(CommWarps):
         self.peers_first = bool(peers_first)
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
+        self.pdl = bool(pdl)
         if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
                               or not self.tma_push or self.peers_first or world != 2):
             raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "
@@ -207,7 +212,7 @@ class Sm90FusedKernel(CommWarps):
             chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
-                 min_blocks_per_mp=1, stream=stream)
+                 min_blocks_per_mp=1, use_pdl=self.pdl, stream=stream)
 
     # ------------------------------------------------------------------ device side
     @cute.kernel
@@ -292,6 +297,14 @@ class Sm90FusedKernel(CommWarps):
 
         wg_idx = cute.arch.make_warp_uniform(tidx // 128)
         pipeline_init_wait(cluster_shape_mn=(self.cta_group, 1))
+        if cutlass.const_expr(self.pdl):
+            # Everything above touched shared memory and parameters only. The previous
+            # kernel wrote x, w, the epoch and the stamps, and may still read memory that y
+            # reuses: nothing global before it has finished. The next PDL launch may start
+            # once every CTA of this grid runs (so it can never take an SM this grid needs);
+            # its own wait keeps it off global memory until this launch has finished.
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         if wg_idx == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)

@@ -107,6 +107,8 @@ class GemmRsAr:
         # sm90 AR: the push-all plan (every rank pushes every tile to every peer and reduces
         # every tile itself; ``launch.plan``), M <= PUSH_ALL_MAX_M
         self.force_push_all = False
+        # sm90: programmatic dependent launch (``Sm90FusedKernel`` ``pdl``)
+        self.force_pdl = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -209,7 +211,7 @@ class GemmRsAr:
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace)
+               self.force_pair_n, self.force_push_all, stages, push, trace, self.force_pdl)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -219,7 +221,9 @@ class GemmRsAr:
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
-                                   stages=stages, push_all=int(plan.push_all), trace=trace))
+                                   stages=stages, push_all=int(plan.push_all),
+                                   pdl=int(self.force_pdl and self.arch == "sm_90a"),
+                                   trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -69,8 +69,9 @@ def parse() -> argparse.Namespace:
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
-                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64); at world 2, AR on the "
-                        "push-all plan (ar_all; 64-wide: ar_all64; M <= 1024)")
+                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans with "
+                        "programmatic dependent launch (gemm_pdl / rs_pdl / ar_pdl); at world "
+                        "2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= 1024)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -266,6 +267,10 @@ class Bench:
                                                  peers_first=True, pair_n=True), sets)
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
+        if self.args.plan_sweep:
+            # the default plans with programmatic dependent launch
+            for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
+                cols[f"{m}_pdl"] = (_with_pdl(ops[m if m != "gemm" else "rs"], fn), sets)
         if self.args.plan_sweep and W == 2:
             # push-all AR (world 2, M <= 1024): every tile to the other rank, reduced on both
             cols["ar_all"] = (_pushed_all(ops["ar"], None), sets)
@@ -367,6 +372,17 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
             op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
             op.force_rotate = op.force_pair_n = False
             op.push = default
+    return call
+
+
+def _with_pdl(op, fn):
+    """fn with programmatic dependent launch for the call."""
+    def call(x, w):
+        op.force_pdl = True
+        try:
+            return fn(x, w)
+        finally:
+            op.force_pdl = False
     return call
 
 

@@ -47,6 +47,9 @@ VARIANTS = [
     # push-all AR: every tile to every peer, every tile reduced on every rank
     Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1),
     Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", push_all=1),
+    # programmatic dependent launch
+    Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
+    Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
     # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
 ]
@@ -141,3 +144,19 @@ def test_push_all_refuses_what_it_cannot_combine():
         with pytest.raises(ValueError, match="push-all"):
             Sm90FusedKernel(64, args.pop("world"), args.pop("mode"), args.pop("transport"),
                             args.pop("cta_group"), push_all=1, **args)
+
+
+def test_pdl_waits_before_any_global_access(ptx_of):
+    """A PDL variant waits for the previous grid before its first global load or store."""
+    import re
+    for v in (Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
+              Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1)):
+        ptx = ptx_of(v)
+        body = ptx[ptx.index(".entry"):]
+        wait = body.index("griddepcontrol.wait")
+        first_global = min(m.start() for m in re.finditer(
+            r"\b(ld|st|atom|red)\.[a-z.:0-9]*global|cp\.async\.bulk\.tensor", body))
+        assert wait < first_global
+        assert "griddepcontrol.launch_dependents" in body
+    plain = ptx_of(Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1))
+    assert "griddepcontrol" not in plain

@@ -220,6 +220,87 @@ def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
         assert torch.equal(a, b), f"step {step} M={M}: push-all and the owner plan differ"
 
 
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [64, 1024, 4096])
+@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
+def test_pdl_correct(comm, M, K, ar):
+    """Programmatic dependent launch: the fused op and the GEMM alone, correct."""
+    op = get_op(comm, 7168, ar)
+    op.force_pdl = True
+    try:
+        check(op, seed=M * 11 + K + int(ar), M=M, K=K)
+        dev = torch.device("cuda", torch.cuda.current_device())
+        x, w = rank_inputs(M + K, op.rank, M, op.N, K, dev)
+        assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
+    finally:
+        op.force_pdl = False
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_pdl_back_to_back_bitwise(comm, ar):
+    """500 queued calls of random M, PDL and plain launches mixed, each PDL launch next to
+    the kernel before it (its epoch, stamps and y's memory): a PDL call equals the plain
+    call on the same inputs bit for bit, and a call after them is still correct."""
+    op = get_op(comm, 384, ar)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(99 + int(ar))
+    pairs = []
+    try:
+        for step in range(500):
+            M = rng.randint(1, MAX_M)
+            x, w = rank_inputs(7000 + step, op.rank, M, op.N, 128, dev)
+            op.force_pdl = rng.random() < 0.7
+            y = op(x, w)
+            if rng.random() < 0.05:
+                op.force_pdl = not op.force_pdl
+                pairs.append((step, M, y, op(x, w)))
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        op.force_pdl = False
+    assert pairs
+    for step, M, a, b in pairs:
+        assert torch.equal(a, b), f"step {step} M={M}: PDL and plain launches differ"
+    check(op, seed=7, M=1000, K=128)
+
+
+def test_pdl_in_a_cuda_graph(comm):
+    """PDL launches captured in a CUDA graph replay correctly."""
+    op = get_op(comm, 384, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    shapes = [(256, 128), (77, 192), (1000, 64)]
+    xs = [torch.empty(M, K, dtype=torch.bfloat16, device=dev) for M, K in shapes]
+    ws = [torch.empty(op.N, K, dtype=torch.bfloat16, device=dev) for _, K in shapes]
+    op.force_pdl = True
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for i in range(3):  # warm-up compiles outside the capture
+                op(xs[i].normal_(), ws[i].normal_())
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        comm.Barrier()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            ys = [op(xs[i], ws[i]) for i in range(3)]
+    finally:
+        op.force_pdl = False
+    for rep in range(50):
+        for i, (M, K) in enumerate(shapes):
+            x, w = rank_inputs(rep * 3 + i + 500, op.rank, M, op.N, K, dev)
+            xs[i].copy_(x)
+            ws[i].copy_(w)
+        g.replay()
+        torch.cuda.synchronize()
+        op.check()
+        for i, (M, K) in enumerate(shapes):
+            ref = rs_rows(reference_sum(rep * 3 + i + 500, op.world, M, op.N, K, dev), op.rank,
+                          op.world)
+            err = rel_error(ys[i], ref)
+            assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
+
+
 @pytest.mark.parametrize("M", [1, 129, 1000])
 def test_gemm_only_64_wide(comm, M):
     """The plain GEMM on 64-wide 1-CTA tiles (twice the CTAs of 128-wide ones at small M)."""
