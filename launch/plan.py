@@ -92,6 +92,11 @@ MAX_BAND = 255
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
 # grows with M; workspaces hold their receive slots up to this M
 PUSH_ALL_MAX_M = 1024
+# LL128 pushes (RS, world 2, small M; a knob): a 128-B line is 7 16-B chunks of partial and a
+# 16-B flag; a 128 x 32 sub-tile's 512 chunks take 74 lines
+LL128_MAX_M = 256
+LL_LINE_CHUNKS = 7
+LL_SUB_BYTES = -(-(BM * EPI_N * 2 // 16) // LL_LINE_CHUNKS) * 128
 # Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
 BLACKWELL = ("sm_100a", "sm_103a")
 

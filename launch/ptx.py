@@ -236,3 +236,39 @@ def fence_proxy_async_global(*, loc=None, ip=None) -> None:
 def st_u64_relaxed_gpu(addr, val, *, loc=None, ip=None) -> None:
     _asm(None, [_v(addr, Int64, loc, ip), _v(val, Int64, loc, ip)],
          "st.relaxed.gpu.global.u64 [$0], $1;", "l,l,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_volatile_v4(addr, *, loc=None, ip=None):
+    """16-byte volatile load (no L1), for lines a peer is writing (LL128 receive slots)."""
+    return _ld_v4("ld.volatile.global.v4.b32", addr, Int64, loc, ip)
+
+
+@dsl_user_op
+def st_volatile_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
+    """16-byte volatile store: one lane's part of a 128-B line (LL128 pushes)."""
+    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
+         "st.volatile.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shfl_idx(v, src_lane, *, loc=None, ip=None) -> Int32:
+    """v of lane ``src_lane`` of this warp (every lane must take part)."""
+    return Int32(_asm(T.i32(), [_v(v, Int32, loc, ip), _v(src_lane, Int32, loc, ip)],
+                      "shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r", loc, ip))
+
+
+@dsl_user_op
+def vote_all(pred, *, loc=None, ip=None) -> Int32:
+    """1 when ``pred`` (an Int32, nonzero true) holds on every lane of the warp, else 0."""
+    return Int32(_asm(T.i32(), [_v(pred, Int32, loc, ip)],
+                      "{ .reg .pred p, q; setp.ne.s32 p, $1, 0; vote.sync.all.pred q, p, -1; "
+                      "selp.s32 $0, 1, 0, q; }", "=r,r", loc, ip))
+
+
+@dsl_user_op
+def vote_any(pred, *, loc=None, ip=None) -> Int32:
+    """1 when ``pred`` (an Int32, nonzero true) holds on some lane of the warp, else 0."""
+    return Int32(_asm(T.i32(), [_v(pred, Int32, loc, ip)],
+                      "{ .reg .pred p, q; setp.ne.s32 p, $1, 0; vote.sync.any.pred q, p, -1; "
+                      "selp.s32 $0, 1, 0, q; }", "=r,r", loc, ip))

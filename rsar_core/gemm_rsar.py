@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from launch.cache import CACHE, Variant, default_push, push_for
-from launch.plan import BLACKWELL, TilePlan, make_plan
+from launch.plan import BLACKWELL, LL128_MAX_M, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
@@ -109,6 +109,8 @@ class GemmRsAr:
         self.force_push_all = False
         # sm90: programmatic dependent launch (``Sm90FusedKernel`` ``pdl``)
         self.force_pdl = False
+        # sm90 RS at world 2, M <= LL128_MAX_M, 1-CTA plans: partials as LL128 lines
+        self.force_ll128 = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -207,23 +209,31 @@ class GemmRsAr:
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
                          band: int | None = None) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
+        ll128 = int(self.force_ll128 and mode == "rs" and self.arch == "sm_90a")
+        if ll128:
+            push = "lsu"  # LL128 lines leave by thread stores
         trace = int(self.trace and self.arch == "sm_90a")
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace, self.force_pdl)
+               self.force_pair_n, self.force_push_all, stages, push, trace, self.force_pdl,
+               ll128)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
             plan = self.plan(M, K, mode, band=band)
+            if ll128 and (M > LL128_MAX_M or plan.cta_group != 1 or self.world != 2):
+                raise ValueError(f"LL128 pushes run RS at world 2 on 1-CTA plans up to "
+                                 f"M={LL128_MAX_M}; got M={M}, world {self.world}, "
+                                 f"cta_group {plan.cta_group}")
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                                    stages=stages, push_all=int(plan.push_all),
                                    pdl=int(self.force_pdl and self.arch == "sm_90a"),
-                                   trace=trace))
+                                   ll128=ll128, trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

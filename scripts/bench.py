@@ -71,7 +71,8 @@ def parse() -> argparse.Namespace:
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans with "
                         "programmatic dependent launch (gemm_pdl / rs_pdl / ar_pdl); at world "
-                        "2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= 1024)")
+                        "2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= 1024) and "
+                        "RS with LL128 lines (rs_ll128; M <= 256)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -272,9 +273,13 @@ class Bench:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_pdl"] = (_with_pdl(ops[m if m != "gemm" else "rs"], fn), sets)
         if self.args.plan_sweep and W == 2:
-            # push-all AR (world 2, M <= 1024): every tile to the other rank, reduced on both
-            cols["ar_all"] = (_pushed_all(ops["ar"], None), sets)
-            cols["ar_all64"] = (_pushed_all(ops["ar"], 64), sets)
+            from launch.plan import LL128_MAX_M, PUSH_ALL_MAX_M
+            if M <= PUSH_ALL_MAX_M:
+                # push-all AR: every tile to the other rank, reduced on both
+                cols["ar_all"] = (_pushed_all(ops["ar"], None), sets)
+                cols["ar_all64"] = (_pushed_all(ops["ar"], 64), sets)
+            if M <= LL128_MAX_M:  # RS partials as LL128 lines (flag with the data)
+                cols["rs_ll128"] = (_with_ll128(ops["rs"]), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_st4"] = (_staged(ops[m if m != "gemm" else "rs"], 4, fn), sets)
@@ -383,6 +388,17 @@ def _with_pdl(op, fn):
             return fn(x, w)
         finally:
             op.force_pdl = False
+    return call
+
+
+def _with_ll128(op):
+    """op (RS) with LL128 pushes for the call."""
+    def call(x, w):
+        op.force_ll128 = True
+        try:
+            return op(x, w)
+        finally:
+            op.force_ll128 = False
     return call
 
 

@@ -301,6 +301,54 @@ def test_pdl_in_a_cuda_graph(comm):
             assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
 
 
+@pytest.mark.parametrize("N", [384, 7168])
+@pytest.mark.parametrize("K", [64, 1024, 4096])
+@pytest.mark.parametrize("M", [1, 63, 64, 100, 127, 128, 129, 200, 256])
+def test_ll128_rs(comm, M, N, K):
+    """RS with LL128 lines (flag with the data, polled by the owner): correct, on every
+    small-M plan (tiles shared by both ranks, and whole tiles each rank owns)."""
+    if comm.Get_size() != 2:
+        pytest.skip("LL128 pushes are world-2 only")
+    op = get_op(comm, N, False)
+    op.force_ll128 = True
+    try:
+        check(op, seed=M * 13 + K + N, M=M, K=K)
+    finally:
+        op.force_ll128 = False
+
+
+def test_ll128_stress_bitwise(comm):
+    """3000 queued RS calls at small M, LL128 and bulk-copy pushes alternating on the same
+    inputs: equal bit for bit (the same partials and sums), so no line was read torn or
+    early, and none of an earlier launch passed for this one's."""
+    if comm.Get_size() != 2:
+        pytest.skip("LL128 pushes are world-2 only")
+    op = get_op(comm, 7168, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(4242)
+    pending = []
+    mismatches = []
+    try:
+        for step in range(3000):
+            M = rng.randint(1, 256)
+            x, w = rank_inputs(9000 + step % 50, op.rank, M, op.N, 128, dev)
+            op.force_ll128 = True
+            a = op(x, w)
+            op.force_ll128 = False
+            b = op(x, w)
+            pending.append((step, M, a, b))
+            if len(pending) == 100:
+                torch.cuda.synchronize()
+                mismatches += [(s_, m_) for s_, m_, a_, b_ in pending if not torch.equal(a_, b_)]
+                pending = []
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        op.force_ll128 = False
+    mismatches += [(s_, m_) for s_, m_, a_, b_ in pending if not torch.equal(a_, b_)]
+    assert not mismatches, f"{len(mismatches)} LL128 calls differ, first (step, M): {mismatches[:5]}"
+
+
 @pytest.mark.parametrize("M", [1, 129, 1000])
 def test_gemm_only_64_wide(comm, M):
     """The plain GEMM on 64-wide 1-CTA tiles (twice the CTAs of 128-wide ones at small M)."""
