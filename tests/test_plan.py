@@ -699,3 +699,23 @@ def test_push_all_refuses_what_it_cannot_combine():
                       args.pop("sm_count"), args.pop("mode"), push_all=True, **args)
     # the workspace holds every tile's slot up to PUSH_ALL_MAX_M at any max_M
     assert max_recv_slots(8192, 7168, 2, 64) >= (PUSH_ALL_MAX_M // BM) * 112
+
+
+def test_receive_regions_hold_the_line_images_and_push_all_slots():
+    """Every slot an LL128 plan (RS, world 2, M <= LL128_MAX_M) or a push-all plan (AR,
+    world 2, M <= PUSH_ALL_MAX_M) can address lies inside the receive region, for any
+    max_M from the call's M up."""
+    from launch.layout import WorkspaceLayout
+    from launch.plan import EPI_N, LL128_MAX_M, LL_SUB_BYTES
+    for N, K in itertools.product((384, 7168, 8192), (64, 1024, 9216)):
+        for M in (1, 63, 64, 100, 128, 129, 200, 256):
+            p = make_plan(M, N, K, 2, 132, "rs")
+            assert p.cta_group == 1 and M <= LL128_MAX_M
+            slot = (p.bn // EPI_N) * LL_SUB_BYTES
+            top = max(p.recv_slot(o, t) for t in range(p.num_tiles) for o in p.tile_owners(t))
+            for max_M in (M, 256, 1024, 8192):
+                assert (top + 1) * slot <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
+        for M in (1, 129, 512, 1000, 1024):
+            p = make_plan(M, N, K, 2, 132, "ar", push_all=True)
+            for max_M in (M, 1024, 8192):
+                assert p.num_tiles * p.tile_bytes <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
