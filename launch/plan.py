@@ -532,6 +532,25 @@ def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode:
     return replace(flat, mode="ar", push_all=True)
 
 
+def ll_lines(rows: int) -> int:
+    """LL128 lines that carry ``rows`` rows of a 128 x 32 sub-tile (four 16-B chunks a row);
+    ``CommWarps._push_sub_ll`` / ``_reduce_sub_ll`` mirror this."""
+    return ceil_div(rows * 4, LL_LINE_CHUNKS)
+
+
+def ll_lane_chunk(line: int, lane: int, rows: int) -> int | None:
+    """The chunk (row * 4 + 16-B column) of the rows sent that lane ``lane`` of LL128 line
+    ``line`` carries, or None: lane 7 carries the flag, and the last line may end early."""
+    q = line * LL_LINE_CHUNKS + lane
+    return q if lane < LL_LINE_CHUNKS and q < rows * 4 else None
+
+
+def ll_group_lines(group: int, rows: int, groups: int = 12) -> list[int]:
+    """Lines group ``group`` of the communication threads (8 lanes each) sends or polls."""
+    n = ll_lines(rows)
+    return [group + groups * i for i in range(ceil_div(n, groups)) if group + groups * i < n]
+
+
 def pairs_whole(p: TilePlan) -> bool:
     """No pair-tile holds tiles of two owners: every list starts on an even tile row (RS:
     no tile row is shared either); with pairs along N, on an even tile."""

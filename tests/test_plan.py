@@ -719,3 +719,21 @@ def test_receive_regions_hold_the_line_images_and_push_all_slots():
             p = make_plan(M, N, K, 2, 132, "ar", push_all=True)
             for max_M in (M, 1024, 8192):
                 assert p.num_tiles * p.tile_bytes <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
+
+
+def test_ll128_lines_carry_every_chunk_once_within_the_sub_tile_image():
+    from launch.plan import LL_SUB_BYTES, ll_group_lines, ll_lane_chunk, ll_lines
+    for rows in range(1, BM + 1):
+        seen = []
+        for g in range(12):  # 96 communication threads = 12 groups of 8 lanes
+            for line in ll_group_lines(g, rows):
+                for lane in range(8):
+                    q = ll_lane_chunk(line, lane, rows)
+                    if q is not None:
+                        seen.append(q)
+        assert sorted(seen) == list(range(rows * 4)), rows
+        assert ll_lines(rows) * 128 <= LL_SUB_BYTES
+        # every group runs the same number of rounds (shuffles and votes need whole warps)
+        assert {len(ll_group_lines(g, rows)) for g in range(12)} <= {ll_lines(rows) // 12,
+                                                                   -(-ll_lines(rows) // 12)}
+    assert ll_lines(BM) * 128 == LL_SUB_BYTES
