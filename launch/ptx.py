@@ -40,6 +40,13 @@ def _ld_v4(op: str, addr, addr_ty, loc, ip):
     return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(4))
 
 
+def _st_v4(op: str, addr, addr_ty, vals, loc, ip) -> None:
+    """``op [$0], {$1, $2, $3, $4};`` of four b32 words at ``addr`` (as ``_ld_v4``)."""
+    reg = "l" if addr_ty is Int64 else "r"
+    _asm(None, [_v(addr, addr_ty, loc, ip)] + [_v(x, Int32, loc, ip) for x in vals],
+         op + " [$0], {$1, $2, $3, $4};", f"{reg},r,r,r,r,~{{memory}}", loc, ip)
+
+
 # ---------------------------------------------------------------- flags and clocks
 @dsl_user_op
 def ld_acquire_sys(addr, *, loc=None, ip=None) -> Int32:
@@ -111,8 +118,7 @@ def nanosleep(ns, *, loc=None, ip=None) -> None:
 # ---------------------------------------------------------------- 16-byte data movement
 @dsl_user_op
 def st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
-    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
-         "st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}", loc, ip)
+    _st_v4("st.global.v4.b32", addr, Int64, (a, b, c, d), loc, ip)
 
 
 @dsl_user_op
@@ -131,9 +137,7 @@ def multimem_ld_reduce_bf16x8(addr, *, loc=None, ip=None):
 @dsl_user_op
 def multimem_st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
     """Broadcast 16 bytes to every rank's copy through the multicast mapping."""
-    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
-         "multimem.st.relaxed.sys.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}",
-         loc, ip)
+    _st_v4("multimem.st.relaxed.sys.global.v4.f32", addr, Int64, (a, b, c, d), loc, ip)
 
 
 @dsl_user_op
@@ -176,8 +180,7 @@ def ld_shared_v4(addr, *, loc=None, ip=None):
 @dsl_user_op
 def st_shared_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
     """16-byte shared-memory store at a 32-bit shared-window address."""
-    _asm(None, [_v(addr, Int32, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
-         "st.shared.v4.b32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}", loc, ip)
+    _st_v4("st.shared.v4.b32", addr, Int32, (a, b, c, d), loc, ip)
 
 
 @dsl_user_op
@@ -247,8 +250,7 @@ def ld_volatile_v4(addr, *, loc=None, ip=None):
 @dsl_user_op
 def st_volatile_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
     """16-byte volatile store: one lane's part of a 128-B line (LL128 pushes)."""
-    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Int32, loc, ip) for x in (a, b, c, d)],
-         "st.volatile.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}", loc, ip)
+    _st_v4("st.volatile.global.v4.b32", addr, Int64, (a, b, c, d), loc, ip)
 
 
 @dsl_user_op
@@ -258,17 +260,19 @@ def shfl_idx(v, src_lane, *, loc=None, ip=None) -> Int32:
                       "shfl.sync.idx.b32 $0, $1, $2, 31, -1;", "=r,r,r", loc, ip))
 
 
+def _vote(mode: str, pred, loc, ip) -> Int32:
+    return Int32(_asm(T.i32(), [_v(pred, Int32, loc, ip)],
+                      "{ .reg .pred p, q; setp.ne.s32 p, $1, 0; "
+                      f"vote.sync.{mode}.pred q, p, -1; selp.s32 $0, 1, 0, q; }}", "=r,r", loc, ip))
+
+
 @dsl_user_op
 def vote_all(pred, *, loc=None, ip=None) -> Int32:
     """1 when ``pred`` (an Int32, nonzero true) holds on every lane of the warp, else 0."""
-    return Int32(_asm(T.i32(), [_v(pred, Int32, loc, ip)],
-                      "{ .reg .pred p, q; setp.ne.s32 p, $1, 0; vote.sync.all.pred q, p, -1; "
-                      "selp.s32 $0, 1, 0, q; }", "=r,r", loc, ip))
+    return _vote("all", pred, loc, ip)
 
 
 @dsl_user_op
 def vote_any(pred, *, loc=None, ip=None) -> Int32:
     """1 when ``pred`` (an Int32, nonzero true) holds on some lane of the warp, else 0."""
-    return Int32(_asm(T.i32(), [_v(pred, Int32, loc, ip)],
-                      "{ .reg .pred p, q; setp.ne.s32 p, $1, 0; vote.sync.any.pred q, p, -1; "
-                      "selp.s32 $0, 1, 0, q; }", "=r,r", loc, ip))
+    return _vote("any", pred, loc, ip)

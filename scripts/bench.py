@@ -229,7 +229,8 @@ class Bench:
                     push=ops["rs"].push), sets)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 for band in (0, 8, 32):  # the default plan in other tile orders (0: row-major)
-                    cols[f"{m}_b{band}"] = (_banded(ops[m if m != "gemm" else "rs"], band, fn), sets)
+                    cols[f"{m}_b{band}"] = (_with(ops[m if m != "gemm" else "rs"], fn,
+                                                  force_band=band), sets)
             for m in ("rs", "ar"):  # 2x1 clusters with the lag round (pair-aligned owners only)
                 cols[f"{m}_c2l1"] = (_forced(ops[m], 2, 1, ops[m], push=ops[m].push), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
@@ -271,18 +272,21 @@ class Bench:
         if self.args.plan_sweep:
             # the default plans with programmatic dependent launch
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
-                cols[f"{m}_pdl"] = (_with_pdl(ops[m if m != "gemm" else "rs"], fn), sets)
+                cols[f"{m}_pdl"] = (_with(ops[m if m != "gemm" else "rs"], fn, force_pdl=True),
+                                    sets)
         if self.args.plan_sweep and W == 2:
             from launch.plan import LL128_MAX_M, PUSH_ALL_MAX_M
             if M <= PUSH_ALL_MAX_M:
                 # push-all AR: every tile to the other rank, reduced on both
-                cols["ar_all"] = (_pushed_all(ops["ar"], None), sets)
-                cols["ar_all64"] = (_pushed_all(ops["ar"], 64), sets)
+                cols["ar_all"] = (_with(ops["ar"], ops["ar"], force_push_all=True), sets)
+                cols["ar_all64"] = (_with(ops["ar"], ops["ar"], force_push_all=True,
+                                          force_bn=64), sets)
             if M <= LL128_MAX_M:  # RS partials as LL128 lines (flag with the data)
-                cols["rs_ll128"] = (_with_ll128(ops["rs"]), sets)
+                cols["rs_ll128"] = (_with(ops["rs"], ops["rs"], force_ll128=True), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
-                cols[f"{m}_st4"] = (_staged(ops[m if m != "gemm" else "rs"], 4, fn), sets)
+                cols[f"{m}_st4"] = (_with(ops[m if m != "gemm" else "rs"], fn, force_stages=4),
+                                   sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}
@@ -380,47 +384,22 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
     return call
 
 
-def _with_pdl(op, fn):
-    """fn with programmatic dependent launch for the call."""
+
+
+
+
+def _with(op, fn, **knobs):
+    """fn with op's attributes ``knobs`` (force_band, force_stages, force_pdl, ...) set for the
+    call, and restored after it."""
     def call(x, w):
-        op.force_pdl = True
+        before = {k: getattr(op, k) for k in knobs}
+        for k, v in knobs.items():
+            setattr(op, k, v)
         try:
             return fn(x, w)
         finally:
-            op.force_pdl = False
-    return call
-
-
-def _with_ll128(op):
-    """op (RS) with LL128 pushes for the call."""
-    def call(x, w):
-        op.force_ll128 = True
-        try:
-            return op(x, w)
-        finally:
-            op.force_ll128 = False
-    return call
-
-
-def _pushed_all(op, bn: int | None):
-    """op (AR) on the push-all plan, at width ``bn`` (None: the plan's) for the call."""
-    def call(x, w):
-        op.force_push_all, op.force_bn = True, bn
-        try:
-            return op(x, w)
-        finally:
-            op.force_push_all, op.force_bn = False, None
-    return call
-
-
-def _staged(op, stages: int, fn):
-    """fn with at least ``stages`` mainloop stages forced for the call."""
-    def call(x, w):
-        op.force_stages = stages
-        try:
-            return fn(x, w)
-        finally:
-            op.force_stages = 0
+            for k, v in before.items():
+                setattr(op, k, v)
     return call
 
 
@@ -444,16 +423,6 @@ def column_order(names: list[str], seed: int | None, M: int, N: int, K: int, *,
         random.Random(f"{seed}:{M}:{N}:{K}:{block}").shuffle(names)
     return names
 
-
-def _banded(op, band: int, fn):
-    """fn with op's plan in bands of ``band`` unit rows (0: row-major) for the call."""
-    def call(x, w):
-        op.force_band = band
-        try:
-            return fn(x, w)
-        finally:
-            op.force_band = None
-    return call
 
 
 def _ratios(t: dict, row: dict) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 spec = importlib.util.spec_from_file_location(
     "bench", Path(__file__).resolve().parents[1] / "scripts" / "bench.py")
 bench = importlib.util.module_from_spec(spec)
@@ -72,3 +74,20 @@ def test_markdown_reports_the_spread_when_rows_have_it():
     assert "interquartile range" in bench.markdown([row]) and "mm 2.5" in bench.markdown([row])
     del row["iqr_pct"]  # rows of older runs
     assert "interquartile range" not in bench.markdown([row])
+
+
+def test_knob_wrapper_sets_then_restores_even_on_error():
+    class Op:
+        force_bn = None
+        force_push_all = False
+
+    op = Op()
+    seen = bench._with(op, lambda x, w: (op.force_bn, op.force_push_all), force_bn=64,
+                       force_push_all=True)(None, None)
+    assert seen == (64, True) and (op.force_bn, op.force_push_all) == (None, False)
+
+    def boom(x, w):
+        raise ValueError("plan refused")
+    with pytest.raises(ValueError):
+        bench._with(op, boom, force_bn=128)(None, None)
+    assert op.force_bn is None

@@ -191,6 +191,31 @@ def test_push_all_ar(comm, M, N, K, bn):
         op.force_push_all, op.force_bn = False, None
 
 
+def _mixed_pairs(op, knob: str, steps: int, max_M: int, K: int, seed: int, p_on: float,
+                 p_pair: float) -> list:
+    """``steps`` queued calls of random M, ``op``'s attribute ``knob`` on with probability
+    ``p_on``; now and then the same inputs again with the knob flipped. Returns (step, M,
+    first output, second output) for those pairs, after a sync and ``op.check()``."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(seed)
+    pairs = []
+    try:
+        for step in range(steps):
+            M = rng.randint(1, max_M)
+            x, w = rank_inputs(seed * 10 + step, op.rank, M, op.N, K, dev)
+            setattr(op, knob, rng.random() < p_on)
+            y = op(x, w)
+            if rng.random() < p_pair:
+                setattr(op, knob, not getattr(op, knob))
+                pairs.append((step, M, y, op(x, w)))
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        setattr(op, knob, False)
+    assert pairs
+    return pairs
+
+
 def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
     """300 queued AR calls of random M <= 1024, push-all and owner plans mixed (their
     stamps and slots reused across kinds): on the same 64-wide tiles push-all equals the
@@ -199,23 +224,10 @@ def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
         pytest.skip("push-all plans are world-2 plans")
     op = get_op(comm, 384, True)
     op.force_bn = 64
-    dev = torch.device("cuda", torch.cuda.current_device())
-    rng = random.Random(77)
-    pairs = []
     try:
-        for step in range(300):
-            M = rng.randint(1, 1024)
-            x, w = rank_inputs(5000 + step, op.rank, M, op.N, 256, dev)
-            op.force_push_all = rng.random() < 0.5
-            y = op(x, w)
-            if rng.random() < 0.1:
-                op.force_push_all = not op.force_push_all
-                pairs.append((step, M, y, op(x, w)))
-        torch.cuda.synchronize()
-        op.check()
+        pairs = _mixed_pairs(op, "force_push_all", 300, 1024, 256, 77, 0.5, 0.1)
     finally:
-        op.force_push_all, op.force_bn = False, None
-    assert pairs
+        op.force_bn = None
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: push-all and the owner plan differ"
 
@@ -242,63 +254,11 @@ def test_pdl_back_to_back_bitwise(comm, ar):
     the kernel before it (its epoch, stamps and y's memory): a PDL call equals the plain
     call on the same inputs bit for bit, and a call after them is still correct."""
     op = get_op(comm, 384, ar)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    rng = random.Random(99 + int(ar))
-    pairs = []
-    try:
-        for step in range(500):
-            M = rng.randint(1, MAX_M)
-            x, w = rank_inputs(7000 + step, op.rank, M, op.N, 128, dev)
-            op.force_pdl = rng.random() < 0.7
-            y = op(x, w)
-            if rng.random() < 0.05:
-                op.force_pdl = not op.force_pdl
-                pairs.append((step, M, y, op(x, w)))
-        torch.cuda.synchronize()
-        op.check()
-    finally:
-        op.force_pdl = False
-    assert pairs
+    pairs = _mixed_pairs(op, "force_pdl", 500, MAX_M, 128, 99 + int(ar), 0.7, 0.05)
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: PDL and plain launches differ"
     check(op, seed=7, M=1000, K=128)
 
-
-def test_pdl_in_a_cuda_graph(comm):
-    """PDL launches captured in a CUDA graph replay correctly."""
-    op = get_op(comm, 384, False)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    shapes = [(256, 128), (77, 192), (1000, 64)]
-    xs = [torch.empty(M, K, dtype=torch.bfloat16, device=dev) for M, K in shapes]
-    ws = [torch.empty(op.N, K, dtype=torch.bfloat16, device=dev) for _, K in shapes]
-    op.force_pdl = True
-    try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for i in range(3):  # warm-up compiles outside the capture
-                op(xs[i].normal_(), ws[i].normal_())
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        comm.Barrier()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            ys = [op(xs[i], ws[i]) for i in range(3)]
-    finally:
-        op.force_pdl = False
-    for rep in range(50):
-        for i, (M, K) in enumerate(shapes):
-            x, w = rank_inputs(rep * 3 + i + 500, op.rank, M, op.N, K, dev)
-            xs[i].copy_(x)
-            ws[i].copy_(w)
-        g.replay()
-        torch.cuda.synchronize()
-        op.check()
-        for i, (M, K) in enumerate(shapes):
-            ref = rs_rows(reference_sum(rep * 3 + i + 500, op.world, M, op.N, K, dev), op.rank,
-                          op.world)
-            err = rel_error(ys[i], ref)
-            assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
 
 
 @pytest.mark.parametrize("N", [384, 7168])
@@ -449,7 +409,10 @@ def test_cluster_occupancy_probe_matches_cute(comm):
         assert max_active_clusters(dev, size) == HardwareInfo(dev).get_max_active_clusters(size)
 
 
-def test_cuda_graph_replay(comm):
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_cuda_graph_replay(comm, pdl):
+    """Three calls captured in a CUDA graph, replayed 200 times on fresh inputs (with PDL:
+    the launches captured with programmatic dependencies)."""
     op = get_op(comm, 384, True)
     dev = torch.device("cuda", torch.cuda.current_device())
     shapes = [(256, 128), (77, 192), (1000, 64)]
@@ -459,17 +422,21 @@ def test_cuda_graph_replay(comm):
         x, w = rank_inputs(999, op.rank, M, op.N, K, dev)
         xs[i].copy_(x)
         ws[i].copy_(w)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):  # warm-up compiles outside the capture
-            op(xs[i], ws[i])
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    comm.Barrier()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        ys = [op(xs[i], ws[i]) for i in range(3)]
+    op.force_pdl = pdl
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for i in range(3):  # warm-up compiles outside the capture
+                op(xs[i], ws[i])
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        comm.Barrier()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            ys = [op(xs[i], ws[i]) for i in range(3)]
+    finally:
+        op.force_pdl = False
     for rep in range(200):
         for i, (M, K) in enumerate(shapes):
             x, w = rank_inputs(rep * 3 + i, op.rank, M, op.N, K, dev)
