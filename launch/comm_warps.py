@@ -22,7 +22,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from . import layout, protocol, ptx, trace
-from .plan import BM, EPI_N, LL_LINE_CHUNKS, LL_SUB_BYTES
+from .plan import BM, EPI_N, LL_LINE_CHUNKS, LL_SUB_BYTES, ll_tile_bytes
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -79,7 +79,7 @@ class CommWarps:
     @property
     def slot_bytes(self) -> int:
         """Stride of the receive slots: a tile, or its sub-tiles' LL128 line images."""
-        return self.num_sub * LL_SUB_BYTES if self.ll128 else self.tile_bytes
+        return ll_tile_bytes(self.bn) if self.ll128 else self.tile_bytes
 
     @property
     def epi_pitch(self) -> int:
@@ -551,6 +551,16 @@ class CommWarps:
     #      r0 + q // 4, 16-B chunk q % 4), lane 7 the flag. A sub-tile's lines sit at
     #      e * LL_SUB_BYTES in the slot.
     @cute.jit
+    def _ll_geom(self, ctid, r0, r1):
+        """(group, lane, chunks, lines, rounds) of rows [r0, r1) sent as LL128 lines: the
+        wire format sender and owner share (``launch.plan.ll_lines``, ``ll_group_lines``).
+        Every thread runs all the rounds, so shuffles and votes always see whole warps."""
+        g = ctid // Int32(8)
+        nq = (r1 - r0) * Int32(4)
+        nlines = (nq + Int32(LL_LINE_CHUNKS - 1)) // Int32(LL_LINE_CHUNKS)
+        return g, ctid - g * Int32(8), nq, nlines, (nlines + Int32(11)) // Int32(12)
+
+    @cute.jit
     def _push_sub_ll(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, rank,
                      local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr,
                      stamp):
@@ -563,17 +573,14 @@ class CommWarps:
                     v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
                     ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
         rows = cutlass.min(Int32(BM), rows_end - m0)
-        g = ctid // Int32(8)
-        lane = ctid - g * Int32(8)
         for o in range(m0 // local_M, (m0 + rows - Int32(1)) // local_M + Int32(1)):
             r0 = cutlass.max(o * local_M - m0, Int32(0))
             r1 = cutlass.min((o + Int32(1)) * local_M - m0, rows)
             if (o != rank) & (r1 > r0):
                 dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M, num_tiles,
                                            peer_tab, recv_off, region_bytes) + Int64(e * LL_SUB_BYTES)
-                nq = (r1 - r0) * Int32(4)
-                nlines = (nq + Int32(LL_LINE_CHUNKS - 1)) // Int32(LL_LINE_CHUNKS)
-                for i in range((nlines + Int32(11)) // Int32(12)):
+                g, lane, nq, nlines, rounds = self._ll_geom(ctid, r0, r1)
+                for i in range(rounds):
                     line = g + Int32(12) * i
                     if line < nlines:
                         # every lane of the line stores in the same instruction (one 128-B write)
@@ -601,14 +608,11 @@ class CommWarps:
         (receive region 0), each polled until its flag reads this launch's stamp, plus the
         own partial (the ring slot at own_base, or the parked copy in the last region), to
         the output."""
-        g = ctid // Int32(8)
-        lane = ctid - g * Int32(8)
+        g, lane, nq, nlines, rounds = self._ll_geom(ctid, r0, r1)
         flag_lane = (ctid % Int32(32)) | Int32(LL_LINE_CHUNKS)
         peer = Int32(1) - rank
-        nq = (r1 - r0) * Int32(4)
-        nlines = (nq + Int32(LL_LINE_CHUNKS - 1)) // Int32(LL_LINE_CHUNKS)
         lines = own_slot_addr + Int64(e * LL_SUB_BYTES)
-        for i in range((nlines + Int32(11)) // Int32(12)):
+        for i in range(rounds):
             line = g + Int32(12) * i
             active = line < nlines
             addr = lines + Int64(line * Int32(128) + lane * Int32(16))
@@ -626,13 +630,15 @@ class CommWarps:
                 if ptx.vote_all(ok) != Int32(0):
                     waiting = Int32(0)
                 else:
+                    # as protocol.wait_stamp: give up at the time limit, or at once when an
+                    # earlier wait of this launch already reported
+                    aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT))
                     late = Int32(0)
-                    if (ptx.globaltimer() - t0 > timeout_ns) | (
-                            ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)):
+                    if (aborted != Int32(0)) | (ptx.globaltimer() - t0 > timeout_ns):
                         late = Int32(1)
                     if ptx.vote_any(late) != Int32(0):
-                        if ((ctid % Int32(32)) == Int32(0)) & (
-                                ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) == Int32(0)):
+                        if ((ctid % Int32(32)) == Int32(0)) & (late != Int32(0)) & (
+                                aborted == Int32(0)):
                             protocol.report_timeout(err_addr, ws, rank, t, peer, epoch,
                                                     Int32(protocol.KIND_ARRIVE))
                         waiting = Int32(0)

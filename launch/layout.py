@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, EPI_N, LL128_MAX_M, LL_SUB_BYTES, TILE_NS, ceil_div, max_recv_slots
+from .plan import BM, LL128_MAX_M, TILE_NS, ceil_div, ll_tile_bytes, max_recv_slots
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -62,7 +62,7 @@ class WorkspaceLayout:
         region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in TILE_NS)
         if world == 2:  # LL128 slots (line images, larger) for the M that knob allows
             region = max(region, max(max_recv_slots(min(max_M, LL128_MAX_M), N, world, bn)
-                                     * (bn // EPI_N) * LL_SUB_BYTES for bn in TILE_NS))
+                                     * ll_tile_bytes(bn) for bn in TILE_NS))
         recv_off = part_off = 0
         if transport == "unicast":
             recv_off = off

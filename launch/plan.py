@@ -532,6 +532,11 @@ def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode:
     return replace(flat, mode="ar", push_all=True)
 
 
+def ll_tile_bytes(bn: int) -> int:
+    """Receive-slot stride of a BN-wide tile sent as LL128 lines (its sub-tiles' images)."""
+    return bn // EPI_N * LL_SUB_BYTES
+
+
 def ll_lines(rows: int) -> int:
     """LL128 lines that carry ``rows`` rows of a 128 x 32 sub-tile (four 16-B chunks a row);
     ``CommWarps._push_sub_ll`` / ``_reduce_sub_ll`` mirror this."""
