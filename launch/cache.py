@@ -17,7 +17,7 @@ log = logging.getLogger("rsar.launch")
 
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
-TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "ll128", "trace")
+TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "trace")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ class Variant:
     stages: int = 0  # at least this many mainloop stages (the ring shrinks to fit)
     push_all: int = 0  # 1: the push-all AR plan (plans with push_all)
     pdl: int = 0  # 1: programmatic dependent launch (Sm90FusedKernel)
-    ll128: int = 0  # 1: RS partials as LL128 lines (CommWarps.ll128)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:
@@ -57,6 +56,13 @@ def default_push(arch: str, transport: str, mode: str = "rs") -> str:
     if arch != "sm_90a" or transport != "unicast":
         return "lsu"
     return "tma_all" if mode == "ar" else "tma"
+
+
+def auto_push_all(mode: str, transport: str, push: str) -> bool | None:
+    """``make_plan``'s push_all for an op that forces nothing: None (the plan's choice,
+    ``choose_push_all``) where a kernel can run push-all (AR over unicast with bulk-copy
+    pushes), else False."""
+    return None if mode == "ar" and transport == "unicast" and push != "lsu" else False
 
 
 def push_for(push: str, mode: str) -> str:

@@ -9,11 +9,6 @@ attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, c
 Everything here - the round schedule, tile classes, receive slots, pushes, waits, reductions,
 stamps, the AR copy-out - is independent of how the tile was computed (wgmma on sm90, tcgen05
 on sm100).
-
-LL128 lines (``ll128``, a knob) rest on one property the PTX memory model does not promise:
-a warp's 16-B stores by 8 lanes to one 128-B line reach the peer as one write, and 16-B
-loads by 8 lanes read one line whole, so a line whose flag is current holds current data.
-NCCL's LL128 protocol relies on the same over NVLink; docs/PROTOCOL.md has the format.
 """
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from . import layout, protocol, ptx, trace
-from .plan import BM, EPI_N, LL_LINE_CHUNKS, LL_SUB_BYTES, ll_tile_bytes
+from .plan import BM, EPI_N
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -59,10 +54,6 @@ class CommWarps:
     # True (AR, unicast, bulk-copy pushes): every rank pushes every tile to every peer and
     # reduces every tile itself, after its last push (``TilePlan.push_all``)
     push_all = False
-    # True (RS, unicast, thread stores, world 2): partials travel as LL128 lines, seven
-    # 16-B chunks and a flag per 128 B, which the owner polls and sums as they land: no
-    # fence, stamp or arrival wait for them (``launch.plan`` LL128_MAX_M; docs/STATUS.md)
-    ll128 = False
     # True: record event times (``launch.trace``)
     trace = False
 
@@ -75,11 +66,6 @@ class CommWarps:
         ring that holds the whole tile, or the MMA warps could not fill the next sub-tile."""
         return (self.tma_push and self.comm and not self.multicast
                 and self.epi_slots >= self.num_sub)
-
-    @property
-    def slot_bytes(self) -> int:
-        """Stride of the receive slots: a tile, or its sub-tiles' LL128 line images."""
-        return ll_tile_bytes(self.bn) if self.ll128 else self.tile_bytes
 
     @property
     def epi_pitch(self) -> int:
@@ -294,15 +280,14 @@ class CommWarps:
                     direct = False
                 else:
                     direct = cls == Int32(_OWN)
-                    if cutlass.const_expr(not self.ll128):  # (LL128: lines polled as used)
-                        if direct:
-                            # the peers' partials must all be in before the first sum
-                            if ctid == 0:
-                                self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns,
-                                                    err_addr, rank, epoch, False)
-                            self.comm_bar.arrive_and_wait()
-                            self._mark(ws, cta, trace.DIRECT_WAITED, first)
-                own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.slot_bytes)
+                    if direct:
+                        # the peers' partials must all be in before the first sum
+                        if ctid == 0:
+                            self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr,
+                                                rank, epoch, False)
+                        self.comm_bar.arrive_and_wait()
+                        self._mark(ws, cta, trace.DIRECT_WAITED, first)
+                own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
 
                 for e in cutlass.range_constexpr(self.num_sub):
                     epi_pipe.consumer_wait(epi_state)
@@ -310,17 +295,7 @@ class CommWarps:
                         self._mark(ws, cta, trace.FIRST_SUB, first)
                         self._mark(ws, cta, trace.LAST_SUB, ctid == 0)
                     slot_smem = smem_base + epi_state.index * Int32(BM * self.epi_pitch * 2)
-                    if cutlass.const_expr(self.comm and not self.multicast and self.ll128):
-                        if direct:
-                            self._reduce_sub_ll(ctid, e, slot_smem, True, own_slot_addr, m0, tn,
-                                                Int32(0), cutlass.min(Int32(BM), rows_end - m0),
-                                                t, out_addr, N, rank, local_M, peer_tab, out_off,
-                                                ws, stamp, epoch, timeout_ns, err_addr)
-                        else:
-                            self._push_sub_ll(ctid, e, slot_smem, t, tm, tn, m0, rows_end, rank,
-                                              local_M, tiles_n, num_tiles, peer_tab, recv_off,
-                                              region_bytes, own_slot_addr + self_region, stamp)
-                    elif cutlass.const_expr(self.comm and not self.multicast):
+                    if cutlass.const_expr(self.comm and not self.multicast):
                         if direct:
                             self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
                                              rows_end, t, out_addr, N, rank, local_M, peer_tab,
@@ -357,9 +332,16 @@ class CommWarps:
                             ptx.bulk_wait_all()
                             ptx.fence_proxy_async_global()
                             self._mark(ws, cta, trace.FIRST_LANDED, first)
-                        if cutlass.const_expr(not self.ll128):  # (LL128 lines carry their flag)
-                            self._fence_and_stamp(t, o_lo, o_hi, rank, peer_tab, arrive_off,
-                                                  stamp, ws, cta, first)
+                        ptx.fence_sys()
+                        self._mark(ws, cta, trace.FIRST_FENCED, first)
+                        for o in range(o_lo, o_hi + Int32(1)):
+                            if cutlass.const_expr(self.multicast):
+                                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                              + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
+                            else:
+                                if o != rank:
+                                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
+                                                  + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
                         if cutlass.const_expr(self.mode == "ar" and not self.multicast):
                             if direct:
                                 self._stamp_results(t, peer_tab, result_off, stamp, rank)
@@ -491,7 +473,7 @@ class CommWarps:
         slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
         src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
         return (protocol.peer_base(peer_tab, dest) + recv_off + Int64(src_idx) * region_bytes
-                + Int64(slot) * Int64(self.slot_bytes))
+                + Int64(slot) * Int64(self.tile_bytes))
 
     @cute.jit
     def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
@@ -546,119 +528,6 @@ class CommWarps:
                 if cutlass.const_expr(not self.defer_release):
                     ptx.bulk_wait_read_all()
 
-    # ---- LL128 lines (``ll128``): group g = ctid // 8 of the 96 threads takes lines g, g+12,
-    #      ...; lane p < 7 of a group carries chunk q = 7 * line + p of the rows sent (row
-    #      r0 + q // 4, 16-B chunk q % 4), lane 7 the flag. A sub-tile's lines sit at
-    #      e * LL_SUB_BYTES in the slot.
-    @cute.jit
-    def _ll_geom(self, ctid, r0, r1):
-        """(group, lane, chunks, lines, rounds) of rows [r0, r1) sent as LL128 lines: the
-        wire format sender and owner share (``launch.plan.ll_lines``, ``ll_group_lines``).
-        Every thread runs all the rounds, so shuffles and votes always see whole warps."""
-        g = ctid // Int32(8)
-        nq = (r1 - r0) * Int32(4)
-        nlines = (nq + Int32(LL_LINE_CHUNKS - 1)) // Int32(LL_LINE_CHUNKS)
-        return g, ctid - g * Int32(8), nq, nlines, (nlines + Int32(11)) // Int32(12)
-
-    @cute.jit
-    def _push_sub_ll(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, rank,
-                     local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr,
-                     stamp):
-        """Rows a peer owns as LL128 lines into its receive slot; own rows of a shared tile
-        parked (plain image) for the reduction after the CTA's last tile."""
-        for j in cutlass.range_constexpr(_CHUNK_ITERS):
-            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
-                if grow // local_M == rank:
-                    v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
-                    ptx.st_v4(park_addr + sub_off, v0, v1, v2, v3)
-        rows = cutlass.min(Int32(BM), rows_end - m0)
-        for o in range(m0 // local_M, (m0 + rows - Int32(1)) // local_M + Int32(1)):
-            r0 = cutlass.max(o * local_M - m0, Int32(0))
-            r1 = cutlass.min((o + Int32(1)) * local_M - m0, rows)
-            if (o != rank) & (r1 > r0):
-                dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M, num_tiles,
-                                           peer_tab, recv_off, region_bytes) + Int64(e * LL_SUB_BYTES)
-                g, lane, nq, nlines, rounds = self._ll_geom(ctid, r0, r1)
-                for i in range(rounds):
-                    line = g + Int32(12) * i
-                    if line < nlines:
-                        # every lane of the line stores in the same instruction (one 128-B write)
-                        q = cutlass.min(line * Int32(LL_LINE_CHUNKS) + lane, nq - Int32(1))
-                        row = r0 + q // Int32(4)
-                        v0, v1, v2, v3 = ptx.ld_shared_v4(
-                            slot_smem + row * Int32(self.epi_pitch * 2) + (q % Int32(4)) * Int32(16))
-                        real = Int32(0)
-                        if (lane < Int32(LL_LINE_CHUNKS)) & (line * Int32(LL_LINE_CHUNKS) + lane < nq):
-                            real = Int32(1)
-                        if lane == Int32(LL_LINE_CHUNKS):
-                            # the flag: stamp next to its complement, which no partial left in
-                            # the slot by an earlier launch (of any plan) can pass for
-                            v0, v1, v2, v3 = stamp, stamp ^ Int32(-1), stamp, stamp ^ Int32(-1)
-                        elif real == Int32(0):
-                            v0, v1, v2, v3 = Int32(0), Int32(0), Int32(0), Int32(0)
-                        ptx.st_volatile_v4(dst + Int64(line * Int32(128) + lane * Int32(16)),
-                                           v0, v1, v2, v3)
-
-    @cute.jit
-    def _reduce_sub_ll(self, ctid, e: cutlass.Constexpr, own_base, from_smem: cutlass.Constexpr,
-                       own_slot_addr, m0, tn, r0, r1, t, out_addr, N, rank, local_M, peer_tab,
-                       out_off, ws, stamp, epoch, timeout_ns, err_addr, region_bytes=Int64(0)):
-        """Rows [r0, r1) of sub-tile e (this rank's): the peer's LL128 lines at own_slot_addr
-        (receive region 0), each polled until its flag reads this launch's stamp, plus the
-        own partial (the ring slot at own_base, or the parked copy in the last region), to
-        the output."""
-        g, lane, nq, nlines, rounds = self._ll_geom(ctid, r0, r1)
-        flag_lane = (ctid % Int32(32)) | Int32(LL_LINE_CHUNKS)
-        peer = Int32(1) - rank
-        lines = own_slot_addr + Int64(e * LL_SUB_BYTES)
-        for i in range(rounds):
-            line = g + Int32(12) * i
-            active = line < nlines
-            addr = lines + Int64(line * Int32(128) + lane * Int32(16))
-            v0, v1, v2, v3 = Int32(0), Int32(0), Int32(0), Int32(0)
-            t0 = ptx.globaltimer()
-            waiting = Int32(1)
-            while waiting != Int32(0):
-                if active:
-                    v0, v1, v2, v3 = ptx.ld_volatile_v4(addr)
-                flag = ptx.shfl_idx(v0, flag_lane)
-                check = ptx.shfl_idx(v1, flag_lane)
-                ok = Int32(1)
-                if active & ((flag != stamp) | (check != (stamp ^ Int32(-1)))):
-                    ok = Int32(0)
-                if ptx.vote_all(ok) != Int32(0):
-                    waiting = Int32(0)
-                else:
-                    # as protocol.wait_stamp: give up at the time limit, or at once when an
-                    # earlier wait of this launch already reported
-                    aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT))
-                    late = Int32(0)
-                    if (aborted != Int32(0)) | (ptx.globaltimer() - t0 > timeout_ns):
-                        late = Int32(1)
-                    if ptx.vote_any(late) != Int32(0):
-                        if ((ctid % Int32(32)) == Int32(0)) & (late != Int32(0)) & (
-                                aborted == Int32(0)):
-                            protocol.report_timeout(err_addr, ws, rank, t, peer, epoch,
-                                                    Int32(protocol.KIND_ARRIVE))
-                        waiting = Int32(0)
-            q = line * Int32(LL_LINE_CHUNKS) + lane
-            if active & (lane < Int32(LL_LINE_CHUNKS)) & (q < nq):
-                row = r0 + q // Int32(4)
-                cc = q % Int32(4)
-                sub_off = Int64(e * _SUB_BYTES) + Int64(row * Int32(64) + cc * Int32(16))
-                if cutlass.const_expr(from_smem):
-                    o0, o1, o2, o3 = ptx.ld_shared_v4(own_base + row * Int32(self.epi_pitch * 2)
-                                                      + cc * Int32(16))
-                else:
-                    o0, o1, o2, o3 = ptx.ld_v4_cg(
-                        own_slot_addr + Int64(self.world - 1) * region_bytes + sub_off)
-                r = self._sum((o0, o1, o2, o3), [(v0, v1, v2, v3)])
-                self._store_result(r[0], r[1], r[2], r[3], m0 + row,
-                                   tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8), t,
-                                   sub_off, out_addr, N, rank, local_M, peer_tab, out_off,
-                                   Int64(0), False)
-
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
         """16-byte load, skipped (zeros) where pred is false: the last chunk round of a
@@ -688,21 +557,6 @@ class CommWarps:
                 a[2 * w + 1] = a[2 * w + 1] + hi
         return (ptx.f32_to_bf16x2(a[0], a[1]), ptx.f32_to_bf16x2(a[2], a[3]),
                 ptx.f32_to_bf16x2(a[4], a[5]), ptx.f32_to_bf16x2(a[6], a[7]))
-
-    @cute.jit
-    def _fence_and_stamp(self, t, o_lo, o_hi, rank, peer_tab, arrive_off, stamp, ws, cta, first):
-        """One thread: the system fence, then tile t's arrival stamp on every owner o_lo..o_hi
-        (multicast: on this rank too, whose partial others read through the mapping)."""
-        ptx.fence_sys()
-        self._mark(ws, cta, trace.FIRST_FENCED, first)
-        for o in range(o_lo, o_hi + Int32(1)):
-            if cutlass.const_expr(self.multicast):
-                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                              + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
-            else:
-                if o != rank:
-                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                  + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
 
     @cute.jit
     def _wait_arrivals(self, t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
@@ -743,10 +597,9 @@ class CommWarps:
                          cta=Int32(0)):
         """Own rows of tile t from the workspace: parked own partial (unicast) or every rank's
         partial through the multicast mapping."""
-        if cutlass.const_expr(not self.ll128):  # (LL128: lines polled as they are summed)
-            if ctid == 0:
-                self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
-                                    self.multicast)
+        if ctid == 0:
+            self._wait_arrivals(t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
+                                self.multicast)
         self.comm_bar.arrive_and_wait()
         self._mark(ws, cta, trace.DEFER_WAITED, ctid == 0)
         own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
@@ -765,16 +618,8 @@ class CommWarps:
                             mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
                         self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
                                            rank, local_M, peer_tab, out_off, mc_base)
-            elif cutlass.const_expr(self.ll128):
-                rows = cutlass.min(Int32(BM), rows_end - m0)
-                self._reduce_sub_ll(ctid, e, Int64(0), False,
-                                    ws + recv_off + Int64(own_slot) * Int64(self.slot_bytes), m0,
-                                    tn, cutlass.max(rank * local_M - m0, Int32(0)),
-                                    cutlass.min((rank + Int32(1)) * local_M - m0, rows), t,
-                                    out_addr, N, rank, local_M, peer_tab, out_off, ws, stamp,
-                                    epoch, timeout_ns, err_addr, region_bytes)
             else:
-                self._reduce_sub(ctid, e, Int32(0), ws + recv_off + Int64(own_slot) * Int64(self.slot_bytes),
+                self._reduce_sub(ctid, e, Int32(0), ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes),
                                  region_bytes, m0, tn, rows_end, t, out_addr, N, rank, local_M,
                                  peer_tab, out_off, False)
         self.comm_bar.arrive_and_wait()

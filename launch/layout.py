@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, LL128_MAX_M, TILE_NS, ceil_div, ll_tile_bytes, max_recv_slots
+from .plan import BM, TILE_NS, ceil_div, max_recv_slots
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -60,9 +60,6 @@ class WorkspaceLayout:
         off = _up(off + 4 * max_tiles)
         rows_bytes = ceil_div(max_M, BM) * BM * N * 2  # every tile of the largest call
         region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in TILE_NS)
-        if world == 2:  # LL128 slots (line images, larger) for the M that knob allows
-            region = max(region, max(max_recv_slots(min(max_M, LL128_MAX_M), N, world, bn)
-                                     * ll_tile_bytes(bn) for bn in TILE_NS))
         recv_off = part_off = 0
         if transport == "unicast":
             recv_off = off

@@ -53,8 +53,8 @@ K > 1024; on 2x H200 RS up to 13% faster at K=9216, docs/PERF.md (d)). The band 
 positions inside a list only, so which round handles which position, and with it the wait
 argument above, is unchanged.
 
-Push-all AR (``push_all``; world 2, sm90 1-CTA unicast, M <= ``PUSH_ALL_MAX_M``, off by
-default)
+Push-all AR (``push_all``; world 2, sm90 1-CTA unicast, M <= ``PUSH_ALL_MAX_M``; the
+default at small M, ``choose_push_all``)
 Each rank pushes its whole partial of every tile to the other and reduces every tile itself:
 one exchange instead of AR's reduce-then-broadcast, so at small M one system fence, stamp
 and poll per tile instead of two, and no copy-out of results. At world 2 it moves the same
@@ -83,7 +83,7 @@ BM = 128
 BK = 64
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
-# Tile widths a kernel may run: sm90 64 / 128 / 224 / 256 (64 only from choose_small_m, 224
+# Tile widths a kernel may run: sm90 64 / 128 / 224 / 256 (64 from the small-M rules, 224
 # where it divides N), sm100 128 / 256. Workspaces are sized for every one of them.
 TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
@@ -92,11 +92,6 @@ MAX_BAND = 255
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
 # grows with M; workspaces hold their receive slots up to this M
 PUSH_ALL_MAX_M = 1024
-# LL128 pushes (RS, world 2, small M; a knob): a 128-B line is 7 16-B chunks of partial and a
-# 16-B flag; a 128 x 32 sub-tile's 512 chunks take 74 lines
-LL128_MAX_M = 256
-LL_LINE_CHUNKS = 7
-LL_SUB_BYTES = -(-(BM * EPI_N * 2 // 16) // LL_LINE_CHUNKS) * 128
 # Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
 BLACKWELL = ("sm_100a", "sm_103a")
 
@@ -125,6 +120,24 @@ def lane_cost(plan: "TilePlan") -> float:
     224-wide tiles give every lane of the round order 4 tiles of 224 columns where 256-wide
     ones give some lanes 4 and most 3 (448 tiles over 2 x 66 lanes)."""
     return (plan.rounds - plan.lag) * plan.bn * TILE_COST.get(plan.bn, 1.5)
+
+
+def choose_push_all(M: int, K: int) -> bool:
+    """Whether a world-2 sm90 AR plan that nothing else was forced on pushes all (module
+    docstring). Measured on 2x H200 (docs/PERF.md (i), N 7168 and 8192, against the owner
+    plan ``choose_small_m`` picks): one tile row 5-8% faster at K 1024-9216 (one exchange,
+    one system fence per tile instead of two); two tile rows 5-10% faster at K >= 4096 and
+    a tie at K=1024; from M=512 on 2-15% slower (every tile is reduced after the CTA's last
+    push, a tail that grows with M)."""
+    return M <= BM or (M <= 2 * BM and K >= 4096)
+
+
+def choose_gemm_width(M: int, N: int, sm_count: int) -> int | None:
+    """64-wide tiles for the plain GEMM (mode "gemm") on sm90 where M is one tile row and
+    they fit one wave, else None (the width of least ``lane_cost``): at M=128, N=7168 the
+    128-wide tiles that model picks fill 56 of 132 SMs. Measured on 2x H200 (docs/PERF.md
+    (i), N 7168 and 8192, K 1024-9216): 13-23% faster at M=128, 7-45% slower from M=256."""
+    return 64 if M <= BM and N % 64 == 0 and N // 64 <= sm_count else None
 
 
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
@@ -384,7 +397,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
-              pair_n: bool = False, push_all: bool = False) -> TilePlan:
+              pair_n: bool = False, push_all: bool | None = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -400,11 +413,17 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``pair_n``: 2x1 clusters that pair tiles along N and share x's tile (module docstring;
     sm90; False leaves it to ``choose_small_m``). ``push_all``: the push-all AR plan
     (module docstring; ``bn`` None: 64-wide tiles where they fit one wave, else the plain
-    GEMM's width)."""
+    GEMM's width); None: ``choose_push_all`` decides for world-2 sm90 AR plans nothing else
+    was forced on (the caller passes None only where the transport can run it: unicast,
+    bulk-copy pushes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
+    if push_all is None:
+        push_all = (mode == "ar" and world == 2 and arch not in BLACKWELL and bn is None
+                    and cta_group is None and lag is None and not rotate
+                    and peers_first is None and not pair_n and choose_push_all(M, K))
     if push_all:
         plan = _make_push_all_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn,
                                    cta_group=cta_group, lag=lag, rotate=rotate,
@@ -428,7 +447,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     unforced = (bn is None and cta_group is None and lag is None and not rotate
                 and arch not in BLACKWELL and not pair_n)
     if unforced and mode == "gemm":
-        cg0 = choose_gemm_cluster(M, K)
+        bn0, cg0 = choose_gemm_width(M, N, sm_count), choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first, along_n = choose_small_m(M, K, mode)
         if along_n and N % (2 * bn0) == 0:  # an even number of tile columns to pair
@@ -530,30 +549,6 @@ def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode:
     flat = _make_plan(M, N, K, world, sm_count, "gemm", arch=arch, bn=bn, cta_group=1,
                       pair_ctas=None, lag=None, rotate=False, peers_first=False)
     return replace(flat, mode="ar", push_all=True)
-
-
-def ll_tile_bytes(bn: int) -> int:
-    """Receive-slot stride of a BN-wide tile sent as LL128 lines (its sub-tiles' images)."""
-    return bn // EPI_N * LL_SUB_BYTES
-
-
-def ll_lines(rows: int) -> int:
-    """LL128 lines that carry ``rows`` rows of a 128 x 32 sub-tile (four 16-B chunks a row);
-    ``CommWarps._push_sub_ll`` / ``_reduce_sub_ll`` mirror this."""
-    return ceil_div(rows * 4, LL_LINE_CHUNKS)
-
-
-def ll_lane_chunk(line: int, lane: int, rows: int) -> int | None:
-    """The chunk (row * 4 + 16-B column) of the rows sent that lane ``lane`` of LL128 line
-    ``line`` carries, or None: lane 7 carries the flag, and the last line may end early."""
-    q = line * LL_LINE_CHUNKS + lane
-    return q if lane < LL_LINE_CHUNKS and q < rows * 4 else None
-
-
-def ll_group_lines(group: int, rows: int, groups: int = 12) -> list[int]:
-    """Lines group ``group`` of the communication threads (8 lanes each) sends or polls."""
-    n = ll_lines(rows)
-    return [group + groups * i for i in range(ceil_div(n, groups)) if group + groups * i < n]
 
 
 def pairs_whole(p: TilePlan) -> bool:

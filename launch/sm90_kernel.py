@@ -70,7 +70,7 @@ class Sm90FusedKernel(CommWarps):
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 push_all: int = 0, pdl: int = 0, ll128: int = 0, trace: int = 0) -> None:
+                 push_all: int = 0, pdl: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -89,8 +89,7 @@ class Sm90FusedKernel(CommWarps):
         kernel of the stream finishes (its CTAs take SMs as that kernel's CTAs exit, set up
         their barriers, then wait in ``griddepcontrol.wait`` before touching global memory),
         and lets the next PDL launch do the same once every CTA of this one is running.
-        ``ll128``: RS partials as LL128 lines (``CommWarps.ll128``; RS, unicast, world 2,
-        1-CTA, thread-store ring). ``trace``: record event times (``launch.trace``)."""
+        ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -107,11 +106,6 @@ class Sm90FusedKernel(CommWarps):
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
-        self.ll128 = bool(ll128)
-        if self.ll128 and (mode != "rs" or transport != "unicast" or world != 2
-                           or cta_group != 1 or push != "lsu"):
-            raise ValueError("LL128 pushes are for RS over unicast at world 2 on 1-CTA tiles, "
-                             "from the thread-store ring (push 'lsu')")
         if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
                               or not self.tma_push or self.peers_first or world != 2):
             raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "

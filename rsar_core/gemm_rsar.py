@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from launch.cache import CACHE, Variant, default_push, push_for
-from launch.plan import BLACKWELL, LL128_MAX_M, TilePlan, make_plan
+from launch.cache import CACHE, Variant, auto_push_all, default_push, push_for
+from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
@@ -105,12 +105,13 @@ class GemmRsAr:
         # sm90: at least this many mainloop stages (0: the plan's); the sub-tile ring shrinks
         self.force_stages = 0
         # sm90 AR: the push-all plan (every rank pushes every tile to every peer and reduces
-        # every tile itself; ``launch.plan``), M <= PUSH_ALL_MAX_M
-        self.force_push_all = False
-        # sm90: programmatic dependent launch (``Sm90FusedKernel`` ``pdl``)
-        self.force_pdl = False
-        # sm90 RS at world 2, M <= LL128_MAX_M, 1-CTA plans: partials as LL128 lines
-        self.force_ll128 = False
+        # every tile itself; ``launch.plan``), M <= PUSH_ALL_MAX_M; None: the plan's choice
+        # (``choose_push_all``: world 2, unicast, small M)
+        self.force_push_all: bool | None = None
+        # sm90: programmatic dependent launch (``Sm90FusedKernel`` ``pdl``); None: on. A
+        # launch's set-up overlaps the previous kernel's tail: ~1 us a call back to back
+        # (docs/PERF.md (i)); False for stacks whose launches must not carry the attribute
+        self.force_pdl: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -172,7 +173,13 @@ class GemmRsAr:
                          rotate=self.force_rotate, peers_first=self.force_peers_first,
                          band=self.force_band if band is None else band,
                          pair_n=self.force_pair_n,
-                         push_all=self.force_push_all and (mode or self.mode) == "ar")
+                         push_all=self._push_all(mode or self.mode))
+
+    def _push_all(self, mode: str) -> bool | None:
+        """``make_plan``'s push_all: forced (AR only), or the default for this transport."""
+        if mode == "ar" and self.force_push_all is not None:
+            return self.force_push_all
+        return auto_push_all(mode, self.transport, push_for(self.push, mode))
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
@@ -209,30 +216,24 @@ class GemmRsAr:
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
                          band: int | None = None) -> tuple[TilePlan, Any]:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
-        ll128 = int(self.force_ll128 and mode == "rs" and self.arch == "sm_90a")
-        if ll128:
-            push = "lsu"  # LL128 lines leave by thread stores
         trace = int(self.trace and self.arch == "sm_90a")
+        pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace, self.force_pdl,
-               ll128)
+               self.force_pair_n, self.force_push_all, stages, push, trace, pdl)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
             plan = self.plan(M, K, mode, band=band)
-            if ll128 and M > LL128_MAX_M:  # the workspace holds line images up to there
-                raise ValueError(f"LL128 pushes run up to M={LL128_MAX_M}, got M={M} (the "
-                                 f"kernel refuses the rest: world, transport, plan)")
             compiled_before = CACHE.compile_count
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                                    stages=stages, push_all=int(plan.push_all),
-                                   pdl=int(self.force_pdl and self.arch == "sm_90a"),
-                                   ll128=ll128, trace=trace))
+                                   pdl=pdl,
+                                   trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,

@@ -69,10 +69,10 @@ def parse() -> argparse.Namespace:
                         "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
-                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans with "
-                        "programmatic dependent launch (gemm_pdl / rs_pdl / ar_pdl); at world "
-                        "2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= 1024) and "
-                        "RS with LL128 lines (rs_ll128; M <= 256)")
+                        "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
+                        "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl); at "
+                        "world 2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= "
+                        "1024) and on the owner plan (ar_owner)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -270,19 +270,19 @@ class Bench:
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
         if self.args.plan_sweep:
-            # the default plans with programmatic dependent launch
+            # the default plans without programmatic dependent launch (on by default, sm90)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
-                cols[f"{m}_pdl"] = (_with(ops[m if m != "gemm" else "rs"], fn, force_pdl=True),
-                                    sets)
+                cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,
+                                            force_pdl=False), sets)
         if self.args.plan_sweep and W == 2:
-            from launch.plan import LL128_MAX_M, PUSH_ALL_MAX_M
+            from launch.plan import PUSH_ALL_MAX_M
             if M <= PUSH_ALL_MAX_M:
-                # push-all AR: every tile to the other rank, reduced on both
+                # push-all AR: every tile to the other rank, reduced on both; and the owner
+                # plan where push-all is the default (``choose_push_all``)
                 cols["ar_all"] = (_with(ops["ar"], ops["ar"], force_push_all=True), sets)
+                cols["ar_owner"] = (_with(ops["ar"], ops["ar"], force_push_all=False), sets)
                 cols["ar_all64"] = (_with(ops["ar"], ops["ar"], force_push_all=True,
                                           force_bn=64), sets)
-            if M <= LL128_MAX_M:  # RS partials as LL128 lines (flag with the data)
-                cols["rs_ll128"] = (_with(ops["rs"], ops["rs"], force_ll128=True), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_st4"] = (_with(ops[m if m != "gemm" else "rs"], fn, force_stages=4),

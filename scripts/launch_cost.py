@@ -1,6 +1,6 @@
 """The fixed cost of one call: tiny-work calls queued back to back, under mpirun.
 
-    mpirun -n 2 python3 scripts/launch_cost.py [--N 7168] [--M 128 2048] [--K 64 1024] [--pdl]
+    mpirun -n 2 python3 scripts/launch_cost.py [--N 7168] [--M 128 2048] [--K 64 1024] [--no-pdl]
 
 For each (M, K), microseconds per call (the slower rank's) of a 1-element torch op,
 torch.mm, our GEMM alone, and GemmRsAr RS and AR, timed two ways: one CUDA event pair per
@@ -25,8 +25,9 @@ def main() -> int:
     p.add_argument("--M", type=int, nargs="+", default=[128, 2048])
     p.add_argument("--K", type=int, nargs="+", default=[64, 1024])
     p.add_argument("--iters", type=int, default=200)
-    p.add_argument("--pdl", action="store_true",
-                   help="also time our three with programmatic dependent launch (*_pdl)")
+    p.add_argument("--no-pdl", action="store_true",
+                   help="also time our three without programmatic dependent launch (*_nopdl; "
+                        "on by default on sm90)")
     a = p.parse_args()
     import torch
     from mpi4py import MPI
@@ -78,10 +79,10 @@ def main() -> int:
                         "gemm_only": lambda: ops["rs"].gemm_only(x, w),
                         "rsar_rs": lambda: ops["rs"](x, w),
                         "rsar_ar": lambda: ops["ar"](x, w)}
-                if a.pdl:
+                if a.no_pdl:
                     for name in ("gemm_only", "rsar_rs", "rsar_ar"):
-                        cols[name + "_pdl"] = _pdl(ops["ar" if name == "rsar_ar" else "rs"],
-                                                   cols[name])
+                        cols[name + "_nopdl"] = _no_pdl(ops["ar" if name == "rsar_ar" else "rs"],
+                                                        cols[name])
                 for name, fn in cols.items():
                     each, queued = timed(fn, True), timed(fn, False)
                     if rank == 0:
@@ -93,13 +94,13 @@ def main() -> int:
     return 0
 
 
-def _pdl(op, fn):
+def _no_pdl(op, fn):
     def call():
-        op.force_pdl = True
+        op.force_pdl = False
         try:
             return fn()
         finally:
-            op.force_pdl = False
+            op.force_pdl = None
     return call
 
 

@@ -21,8 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def variants(arch: str, world: int, transports: list[str]) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, the
-    K classes the heuristics distinguish and N with and without 256-wide tiles."""
-    from launch.cache import Variant, default_push
+    K classes the heuristics distinguish and N with and without 256-wide tiles (push-all AR
+    plans where the transport runs them; programmatic dependent launch on sm90, as
+    ``GemmRsAr`` launches by default)."""
+    from launch.cache import Variant, auto_push_all, default_push
     from launch.plan import make_plan
     kinds = set()
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
@@ -30,12 +32,18 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
         for K in (64, 1024, 2048, 4096, 9216):
             for N in (384, 7168):
                 for mode in ("rs", "ar", "gemm"):
-                    p = make_plan(M, N, K, world, 132, mode, arch=arch)
-                    kinds.add((p.bn, mode, p.cta_group, int(p.peers_first), int(p.pair_n)))
-    return [Variant(arch, bn, world, mode, tr, cg, push=default_push(arch, tr, mode),
-                    peers_first=pf, pair_n=pn)
-            for bn, mode, cg, pf, pn in sorted(kinds) for tr in transports
-            if not (mode == "gemm" and tr == "multicast")]
+                    for tr in transports:
+                        if mode == "gemm" and tr == "multicast":
+                            continue
+                        push = default_push(arch, tr, mode)
+                        p = make_plan(M, N, K, world, 132, mode, arch=arch,
+                                      push_all=auto_push_all(mode, tr, push))
+                        kinds.add((p.bn, mode, tr, push, p.cta_group, int(p.peers_first),
+                                   int(p.pair_n), int(p.push_all)))
+    pdl = int(arch == "sm_90a")
+    return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
+                    push_all=pa, pdl=pdl)
+            for bn, mode, tr, push, cg, pf, pn, pa in sorted(kinds)]
 
 
 def _build(args: tuple) -> tuple[str, float]:

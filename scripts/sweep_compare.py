@@ -1,8 +1,8 @@
 """Side-by-side speedups of plan variants over the default, from ``scripts/bench.py --json``.
 
     python3 scripts/sweep_compare.py small.json [more.json ...] \\
-        --vs rsar_rs:rs_ll128,rs_pdl --vs rsar_ar:ar_all,ar_all64,ar_pdl \\
-        --vs gemm_only:gemm_pdl,gemm_bn64,gemm_pn64
+        --vs rsar_rs:rs_nopdl,rs_bn64 --vs rsar_ar:ar_owner,ar_all64,ar_nopdl \\
+        --vs gemm_only:gemm_nopdl,gemm_bn64,gemm_pn64
 
 For each ``--vs BASE:VARIANT,...`` and each shape that timed them, prints BASE's time and
 each variant's speedup over it (BASE time / variant time; > 1 means the variant is faster),

@@ -73,8 +73,6 @@ def main() -> int:
                    help="2x1 clusters pairing tiles along N (GemmRsAr.force_pair_n)")
     p.add_argument("--push-all", action="store_true",
                    help="AR on the push-all plan (GemmRsAr.force_push_all; world 2, M <= 1024)")
-    p.add_argument("--ll128", action="store_true",
-                   help="RS with LL128 lines (GemmRsAr.force_ll128; world 2, M <= 256)")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
@@ -96,7 +94,6 @@ def main() -> int:
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
         op.force_push_all = a.push_all and mode == "ar"
-        op.force_ll128 = a.ll128 and mode == "rs"
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)

@@ -50,9 +50,6 @@ VARIANTS = [
     # programmatic dependent launch
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
     Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
-    # LL128 lines (RS, world 2, thread-store ring)
-    Variant("sm_90a", 64, 2, "rs", "unicast", push="lsu", peers_first=1, ll128=1),
-    Variant("sm_90a", 128, 2, "rs", "unicast", push="lsu", ll128=1),
     # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
 ]
@@ -164,25 +161,3 @@ def test_pdl_waits_before_any_global_access(ptx_of):
     plain = ptx_of(Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1))
     assert "griddepcontrol" not in plain
 
-
-def test_ll128_pushes_lines_without_fence_or_stamp(ptx_of):
-    """LL128 tiles: 16-B volatile stores and loads, warp votes; the only system fences are
-    the exit's (one per CTA, one more for the last CTA's done stamps)."""
-    v = Variant("sm_90a", 64, 2, "rs", "unicast", push="lsu", peers_first=1, ll128=1)
-    ptx = ptx_of(v)
-    assert "st.volatile.global.v4.b32" in ptx and "ld.volatile.global.v4.b32" in ptx
-    assert "vote.sync.all.pred" in ptx and "shfl.sync.idx.b32" in ptx
-    plain = ptx_of(Variant("sm_90a", 64, 2, "rs", "unicast", push="lsu", peers_first=1))
-    assert ptx.count("fence.acq_rel.sys") < plain.count("fence.acq_rel.sys")
-    assert "st.volatile.global.v4" not in plain
-
-
-def test_ll128_refuses_what_it_cannot_combine():
-    from launch.sm90_kernel import Sm90FusedKernel
-    for kw in (dict(mode="ar"), dict(transport="multicast"), dict(world=4), dict(cta_group=2),
-               dict(push="tma")):
-        args = dict(mode="rs", transport="unicast", cta_group=1, push="lsu", world=2)
-        args.update(kw)
-        with pytest.raises(ValueError, match="LL128"):
-            Sm90FusedKernel(64, args.pop("world"), args.pop("mode"), args.pop("transport"),
-                            args.pop("cta_group"), ll128=1, **args)

@@ -701,39 +701,12 @@ def test_push_all_refuses_what_it_cannot_combine():
     assert max_recv_slots(8192, 7168, 2, 64) >= (PUSH_ALL_MAX_M // BM) * 112
 
 
-def test_receive_regions_hold_the_line_images_and_push_all_slots():
-    """Every slot an LL128 plan (RS, world 2, M <= LL128_MAX_M) or a push-all plan (AR,
-    world 2, M <= PUSH_ALL_MAX_M) can address lies inside the receive region, for any
-    max_M from the call's M up."""
+def test_receive_regions_hold_push_all_slots():
+    """Every slot a push-all plan (AR, world 2, M <= PUSH_ALL_MAX_M) can address lies inside
+    the receive region, for any max_M from the call's M up."""
     from launch.layout import WorkspaceLayout
-    from launch.plan import EPI_N, LL128_MAX_M, LL_SUB_BYTES
     for N, K in itertools.product((384, 7168, 8192), (64, 1024, 9216)):
-        for M in (1, 63, 64, 100, 128, 129, 200, 256):
-            p = make_plan(M, N, K, 2, 132, "rs")
-            assert p.cta_group == 1 and M <= LL128_MAX_M
-            slot = (p.bn // EPI_N) * LL_SUB_BYTES
-            top = max(p.recv_slot(o, t) for t in range(p.num_tiles) for o in p.tile_owners(t))
-            for max_M in (M, 256, 1024, 8192):
-                assert (top + 1) * slot <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
         for M in (1, 129, 512, 1000, 1024):
             p = make_plan(M, N, K, 2, 132, "ar", push_all=True)
             for max_M in (M, 1024, 8192):
                 assert p.num_tiles * p.tile_bytes <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
-
-
-def test_ll128_lines_carry_every_chunk_once_within_the_sub_tile_image():
-    from launch.plan import LL_SUB_BYTES, ll_group_lines, ll_lane_chunk, ll_lines
-    for rows in range(1, BM + 1):
-        seen = []
-        for g in range(12):  # 96 communication threads = 12 groups of 8 lanes
-            for line in ll_group_lines(g, rows):
-                for lane in range(8):
-                    q = ll_lane_chunk(line, lane, rows)
-                    if q is not None:
-                        seen.append(q)
-        assert sorted(seen) == list(range(rows * 4)), rows
-        assert ll_lines(rows) * 128 <= LL_SUB_BYTES
-        # every group runs the same number of rounds (shuffles and votes need whole warps)
-        assert {len(ll_group_lines(g, rows)) for g in range(12)} <= {ll_lines(rows) // 12,
-                                                                   -(-ll_lines(rows) // 12)}
-    assert ll_lines(BM) * 128 == LL_SUB_BYTES

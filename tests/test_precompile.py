@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.cache import default_push
+from launch.cache import auto_push_all, default_push
 from launch.plan import make_plan
 
 _spec = importlib.util.spec_from_file_location(
@@ -17,16 +17,21 @@ _spec.loader.exec_module(precompile)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_default_plan_has_a_precompiled_variant(arch, world):
-    listed = {(v.bn, v.mode, v.transport, v.cta_group, v.peers_first, v.push)
-              for v in precompile.variants(arch, world, ["unicast", "multicast"])}
+    vs = precompile.variants(arch, world, ["unicast", "multicast"])
+    assert all(v.pdl == int(arch == "sm_90a") for v in vs)
+    listed = {(v.bn, v.mode, v.transport, v.cta_group, v.peers_first, v.pair_n, v.push_all,
+               v.push) for v in vs}
     rng = random.Random(7)
     for _ in range(3000):
         M, K = rng.randint(1, 70000), 64 * rng.randint(1, 256)
         N = 128 * rng.randint(1, 80)
         for mode in ("rs", "ar", "gemm"):
-            p = make_plan(M, N, K, world, 132, mode, arch=arch)
             for tr in ("unicast", "multicast"):
                 if mode == "gemm" and tr == "multicast":
                     continue
-                key = (p.bn, mode, tr, p.cta_group, int(p.peers_first), default_push(arch, tr, mode))
+                push = default_push(arch, tr, mode)
+                p = make_plan(M, N, K, world, 132, mode, arch=arch,
+                              push_all=auto_push_all(mode, tr, push))
+                key = (p.bn, mode, tr, p.cta_group, int(p.peers_first), int(p.pair_n),
+                       int(p.push_all), push)
                 assert key in listed, (M, N, K, mode, tr, key)

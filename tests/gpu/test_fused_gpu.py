@@ -188,7 +188,27 @@ def test_push_all_ar(comm, M, N, K, bn):
         torch.cuda.synchronize()
         assert _same_on_every_rank(comm, y)
     finally:
-        op.force_push_all, op.force_bn = False, None
+        op.force_push_all, op.force_bn = None, None
+
+
+@pytest.mark.parametrize("M,K", [(1, 1024), (128, 1024), (128, 9216), (200, 4096), (256, 1024)])
+def test_default_small_m_plans(comm, M, K):
+    """The small-M defaults (``choose_push_all``, ``choose_gemm_width``): push-all AR where
+    the rule picks it at world 2 over unicast, 64-wide tiles for the GEMM alone at one tile
+    row; correct, and AR's result the same on both ranks bit for bit."""
+    op = get_op(comm, 7168, True)
+    push_all = comm.Get_size() == 2 and op.transport == "unicast" and (
+        M <= 128 or (M <= 256 and K >= 4096))
+    assert op.plan(M, K).push_all == push_all
+    assert (op.plan(M, K, "gemm").bn == 64) == (M <= 128)
+    seed = M * 13 + K
+    check(op, seed=seed, M=M, K=K)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
+    y = op(x, w)
+    torch.cuda.synchronize()
+    assert _same_on_every_rank(comm, y)
+    assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
 def _mixed_pairs(op, knob: str, steps: int, max_M: int, K: int, seed: int, p_on: float,
@@ -199,6 +219,7 @@ def _mixed_pairs(op, knob: str, steps: int, max_M: int, K: int, seed: int, p_on:
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(seed)
     pairs = []
+    default = getattr(op, knob)
     try:
         for step in range(steps):
             M = rng.randint(1, max_M)
@@ -211,7 +232,7 @@ def _mixed_pairs(op, knob: str, steps: int, max_M: int, K: int, seed: int, p_on:
         torch.cuda.synchronize()
         op.check()
     finally:
-        setattr(op, knob, False)
+        setattr(op, knob, default)
     assert pairs
     return pairs
 
@@ -235,17 +256,18 @@ def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_pdl_correct(comm, M, K, ar):
-    """Programmatic dependent launch: the fused op and the GEMM alone, correct."""
+def test_without_pdl_correct(comm, M, K, ar):
+    """Launches without programmatic dependent launch (``force_pdl=False``; every other test
+    runs the default, PDL on sm90): the fused op and the GEMM alone, correct."""
     op = get_op(comm, 7168, ar)
-    op.force_pdl = True
+    op.force_pdl = False
     try:
         check(op, seed=M * 11 + K + int(ar), M=M, K=K)
         dev = torch.device("cuda", torch.cuda.current_device())
         x, w = rank_inputs(M + K, op.rank, M, op.N, K, dev)
         assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
     finally:
-        op.force_pdl = False
+        op.force_pdl = None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -258,55 +280,6 @@ def test_pdl_back_to_back_bitwise(comm, ar):
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: PDL and plain launches differ"
     check(op, seed=7, M=1000, K=128)
-
-
-
-@pytest.mark.parametrize("N", [384, 7168])
-@pytest.mark.parametrize("K", [64, 1024, 4096])
-@pytest.mark.parametrize("M", [1, 63, 64, 100, 127, 128, 129, 200, 256])
-def test_ll128_rs(comm, M, N, K):
-    """RS with LL128 lines (flag with the data, polled by the owner): correct, on every
-    small-M plan (tiles shared by both ranks, and whole tiles each rank owns)."""
-    if comm.Get_size() != 2:
-        pytest.skip("LL128 pushes are world-2 only")
-    op = get_op(comm, N, False)
-    op.force_ll128 = True
-    try:
-        check(op, seed=M * 13 + K + N, M=M, K=K)
-    finally:
-        op.force_ll128 = False
-
-
-def test_ll128_stress_bitwise(comm):
-    """3000 queued RS calls at small M, LL128 and bulk-copy pushes alternating on the same
-    inputs: equal bit for bit (the same partials and sums), so no line was read torn or
-    early, and none of an earlier launch passed for this one's."""
-    if comm.Get_size() != 2:
-        pytest.skip("LL128 pushes are world-2 only")
-    op = get_op(comm, 7168, False)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    rng = random.Random(4242)
-    pending = []
-    mismatches = []
-    try:
-        for step in range(3000):
-            M = rng.randint(1, 256)
-            x, w = rank_inputs(9000 + step % 50, op.rank, M, op.N, 128, dev)
-            op.force_ll128 = True
-            a = op(x, w)
-            op.force_ll128 = False
-            b = op(x, w)
-            pending.append((step, M, a, b))
-            if len(pending) == 100:
-                torch.cuda.synchronize()
-                mismatches += [(s_, m_) for s_, m_, a_, b_ in pending if not torch.equal(a_, b_)]
-                pending = []
-        torch.cuda.synchronize()
-        op.check()
-    finally:
-        op.force_ll128 = False
-    mismatches += [(s_, m_) for s_, m_, a_, b_ in pending if not torch.equal(a_, b_)]
-    assert not mismatches, f"{len(mismatches)} LL128 calls differ, first (step, M): {mismatches[:5]}"
 
 
 @pytest.mark.parametrize("M", [1, 129, 1000])
@@ -436,7 +409,7 @@ def test_cuda_graph_replay(comm, pdl):
         with torch.cuda.graph(g):
             ys = [op(xs[i], ws[i]) for i in range(3)]
     finally:
-        op.force_pdl = False
+        op.force_pdl = None
     for rep in range(200):
         for i, (M, K) in enumerate(shapes):
             x, w = rank_inputs(rep * 3 + i, op.rank, M, op.N, K, dev)

@@ -1,0 +1,107 @@
+"""The small-M defaults measured on 2x H200 (docs/PERF.md (i)): push-all AR at world 2, 64-wide
+tiles for the plain GEMM of one tile row, programmatic dependent launch on sm90."""
+import pytest
+
+import rsar_core.gemm_rsar as gemm_rsar
+from launch.cache import CACHE, auto_push_all
+from launch.plan import choose_gemm_width, choose_push_all, make_plan
+from rsar_core.gemm_rsar import GemmRsAr
+
+
+@pytest.mark.parametrize("M,K,want", [
+    (1, 64, True), (128, 1024, True), (128, 9216, True), (129, 1024, False),
+    (256, 1024, False), (256, 2048, False), (129, 4096, True), (256, 9216, True),
+    (257, 9216, False), (512, 4096, False)])
+def test_choose_push_all(M, K, want):
+    assert choose_push_all(M, K) is want
+
+
+@pytest.mark.parametrize("M,N,want", [
+    (1, 7168, 64), (128, 8192, 64), (128, 384, 64), (129, 7168, None),
+    (128, 8448, 64), (128, 8512, None), (128, 16384, None), (128, 7200, None)])
+def test_choose_gemm_width(M, N, want):
+    assert choose_gemm_width(M, N, 132) == want
+
+
+def test_default_plans_follow_the_rules():
+    p = make_plan(128, 7168, 1024, 2, 132, "ar", push_all=None)
+    assert p.push_all and p.bn == 64 and p.grid == 112
+    p = make_plan(256, 7168, 4096, 2, 132, "ar", push_all=None)
+    assert p.push_all and p.tiles_m == 2
+    # the owner plan where push-all loses or cannot run
+    for M, K, world, mode, arch in [(256, 1024, 2, "ar", "sm_90a"), (512, 4096, 2, "ar", "sm_90a"),
+                                    (128, 1024, 4, "ar", "sm_90a"), (128, 1024, 2, "rs", "sm_90a"),
+                                    (128, 1024, 2, "ar", "sm_100a")]:
+        assert not make_plan(M, 7168, K, world, 132, mode, arch=arch, push_all=None).push_all
+    # any other forced knob keeps the owner plan; push_all=False (make_plan's default) too
+    assert not make_plan(128, 7168, 1024, 2, 132, "ar", push_all=None, bn=128).push_all
+    assert not make_plan(128, 7168, 1024, 2, 132, "ar", push_all=None, peers_first=True).push_all
+    assert not make_plan(128, 7168, 1024, 2, 132, "ar").push_all
+    g = make_plan(128, 7168, 1024, 2, 132, "gemm")
+    assert g.bn == 64 and g.cta_group == 1 and g.grid == 112
+    assert make_plan(256, 7168, 1024, 2, 132, "gemm").bn != 64
+    assert make_plan(128, 7168, 1024, 2, 132, "gemm", bn=128).bn == 128
+
+
+def test_auto_push_all_only_where_a_kernel_runs_it():
+    assert auto_push_all("ar", "unicast", "tma_all") is None
+    assert auto_push_all("ar", "unicast", "tma") is None
+    assert auto_push_all("ar", "unicast", "lsu") is False
+    assert auto_push_all("ar", "multicast", "lsu") is False
+    assert auto_push_all("rs", "unicast", "tma") is False
+
+
+def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr:
+    """A GemmRsAr with the attributes planning reads and no device: its launch variants are
+    what these tests look at."""
+    op = object.__new__(GemmRsAr)
+    op.N, op.world, op.sm_count, op.mode, op.arch = 7168, 2, 132, mode, arch
+    op.all_reduce, op.transport, op.trace = mode == "ar", transport, False
+    op.push = gemm_rsar.default_push(arch, transport, mode)
+    op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
+    op.force_band = op.force_push_all = op.force_pdl = None
+    op.force_rotate = op.force_pair_n = False
+    op.force_stages = 0
+    op._plans = {}
+    return op
+
+
+@pytest.fixture
+def variants(monkeypatch) -> list:
+    seen: list = []
+    monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or (lambda *a: None))
+    monkeypatch.setattr(gemm_rsar, "_pair_ctas", lambda index, sm_count: sm_count)
+    monkeypatch.setattr(GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    return seen
+
+
+def test_op_defaults_launch_pdl_and_push_all(variants):
+    op = _op("ar")
+    plan, _ = op._plan_and_kernel(128, 1024, "ar")
+    assert plan.push_all and variants[-1].push_all == 1 and variants[-1].pdl == 1
+    plan, _ = op._plan_and_kernel(1024, 1024, "ar")
+    assert not plan.push_all and variants[-1].push_all == 0 and variants[-1].pdl == 1
+    plan, _ = op._plan_and_kernel(128, 1024, "gemm")
+    assert plan.bn == 64 and variants[-1].pdl == 1
+
+
+def test_op_knobs_turn_the_defaults_off(variants):
+    op = _op("ar")
+    op.force_push_all, op.force_pdl = False, False
+    plan, _ = op._plan_and_kernel(128, 1024, "ar")
+    assert not plan.push_all and variants[-1].push_all == 0 and variants[-1].pdl == 0
+    op.force_push_all = True  # forced on where the rule would not pick it
+    assert op._plan_and_kernel(1024, 1024, "ar")[0].push_all
+    op.force_push_all = None
+    op.push = "lsu"  # thread-store pushes: no push-all kernel
+    assert not op._plan_and_kernel(128, 1024, "ar")[0].push_all
+
+
+def test_op_push_all_never_for_rs_or_multicast(variants):
+    assert not _op("rs")._plan_and_kernel(128, 1024, "rs")[0].push_all
+    mc = _op("ar", transport="multicast")
+    assert not mc._plan_and_kernel(128, 1024, "ar")[0].push_all
+    assert variants[-1].pdl == 1
+    sm100 = _op("ar", arch="sm_100a")
+    assert not sm100._plan_and_kernel(128, 1024, "ar")[0].push_all
+    assert variants[-1].pdl == 0
