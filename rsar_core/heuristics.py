@@ -1,10 +1,10 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), 2026-11-30 (h) (stamps fenced once; each column's calls timed in
-interleaved blocks), the lowest over N in {7168, 8192}, so a point runs fused only if it
-won at every measured N (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
-docs/perf/grid-2026-11-30h.json). A shape's speedup is interpolated bilinearly in (log2 M,
+2x H200 (NV18), 2026-11-30 (i) (push-all AR at small M, programmatic dependent launch;
+each column's calls timed in interleaved blocks), the lowest over N in {7168, 8192}, so a
+point runs fused only if it won at every measured N (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
+docs/perf/grid-2026-11-30i.json). A shape's speedup is interpolated bilinearly in (log2 M,
 log2 K) between the measured points around it (clamped to the measured range), and it runs
 fused only when that beats the run-to-run noise (3%). Other world sizes use this world-2
 table until they are measured. Re-measure and update the table when the kernel or the
@@ -16,15 +16,15 @@ import math
 
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
-    (128, 1024): (1.3, 1.6), (256, 1024): (1.45, 1.44), (512, 1024): (1.45, 1.41),
-    (1024, 1024): (1.41, 1.35), (2048, 1024): (1.59, 1.36), (4096, 1024): (1.78, 1.4),
-    (8192, 1024): (1.8, 1.38), (16384, 1024): (1.82, 1.36),
-    (128, 4096): (1.2, 1.46), (256, 4096): (1.23, 1.19), (512, 4096): (1.17, 1.31),
-    (1024, 4096): (1.2, 1.27), (2048, 4096): (1.26, 1.32), (4096, 4096): (1.33, 1.39),
-    (8192, 4096): (1.32, 1.35), (16384, 4096): (1.32, 1.41),
-    (128, 9216): (1.13, 1.32), (256, 9216): (1.07, 1.08), (512, 9216): (1.05, 1.14),
-    (1024, 9216): (1.13, 1.14), (2048, 9216): (1.13, 1.15), (4096, 9216): (1.14, 1.19),
-    (8192, 9216): (1.15, 1.19), (16384, 9216): (1.07, 1.17),
+    (128, 1024): (1.31, 1.71), (256, 1024): (1.45, 1.44), (512, 1024): (1.45, 1.4),
+    (1024, 1024): (1.42, 1.35), (2048, 1024): (1.59, 1.36), (4096, 1024): (1.78, 1.4),
+    (8192, 1024): (1.78, 1.37), (16384, 1024): (1.81, 1.35),
+    (128, 4096): (1.21, 1.56), (256, 4096): (1.23, 1.35), (512, 4096): (1.18, 1.32),
+    (1024, 4096): (1.19, 1.26), (2048, 4096): (1.26, 1.31), (4096, 4096): (1.33, 1.4),
+    (8192, 4096): (1.32, 1.38), (16384, 4096): (1.34, 1.41),
+    (128, 9216): (1.13, 1.39), (256, 9216): (1.07, 1.2), (512, 9216): (1.05, 1.14),
+    (1024, 9216): (1.12, 1.16), (2048, 9216): (1.12, 1.15), (4096, 9216): (1.15, 1.19),
+    (8192, 9216): (1.05, 1.12), (16384, 9216): (1.04, 1.17),
 }
 MIN_SPEEDUP = 1.03  # above the ~3% run-to-run spread of the benchmark
 

@@ -5,13 +5,14 @@
 For each (M, K), microseconds per call (the slower rank's) of a 1-element torch op,
 torch.mm, our GEMM alone, and GemmRsAr RS and AR, timed two ways: one CUDA event pair per
 call (as ``scripts/bench.py`` times; the median), and one pair around ``--iters`` queued
-calls (divided by their number). The first minus the second is what a per-call event pair
-adds; our columns minus torch.mm's at K=64 are the launch's and the protocol's own costs.
+calls (divided by their number), and the host's microseconds per call while queuing those.
+The first minus the second is what a per-call event pair adds; our columns minus torch.mm's at K=64 are the launch's and the protocol's own costs.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def main() -> int:
            for m in ("rs", "ar")}
     one = torch.zeros(1, device=dev)
 
+    host = [0.0]  # host microseconds per queued call, the slower rank's
+
     def timed(fn, per_call: bool) -> float:
         for _ in range(20):
             fn()
@@ -63,10 +66,13 @@ def main() -> int:
         else:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
+            t0 = time.perf_counter()
             for _ in range(a.iters):
                 fn()
+            queued_us = (time.perf_counter() - t0) * 1e6 / a.iters
             e.record()
             torch.cuda.synchronize()
+            host[0] = max(comm.allgather(queued_us))
             us = s.elapsed_time(e) * 1e3 / a.iters
         return max(comm.allgather(us))
 
@@ -87,7 +93,8 @@ def main() -> int:
                     each, queued = timed(fn, True), timed(fn, False)
                     if rank == 0:
                         print(f"M={M:5d} N={a.N} K={K:5d} {name:14s} events per call {each:7.2f} us"
-                              f" | one pair per {a.iters} calls {queued:7.2f} us", flush=True)
+                              f" | one pair per {a.iters} calls {queued:7.2f} us"
+                              f" | host {host[0]:6.2f} us", flush=True)
     finally:
         for op in ops.values():
             op.close()

@@ -17,7 +17,7 @@ def test_measured_points_and_interpolation_between_them():
     assert heuristics.fused_wins("rs", 3000, 7168, 1024, 2)
     # long K at large M runs fused since its plans pair tile rows (choose_fused_cluster)
     assert heuristics.fused_wins("rs", 16384, 7168, 9216, 2)
-    # AR beat the unfused path at every measured shape (2026-11-30 (h))
+    # AR beat the unfused path at every measured shape (2026-11-30 (i))
     assert heuristics.fused_wins("ar", 16384, 8192, 9216, 2)
     # small M runs fused now that its plans fill the SMs (choose_small_m)
     assert heuristics.fused_wins("rs", 128, 7168, 4096, 2)
