@@ -93,7 +93,7 @@ def main() -> int:
         op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
-        op.force_push_all = a.push_all and mode == "ar"
+        op.force_push_all = True if a.push_all and mode == "ar" else None
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)
