@@ -166,6 +166,18 @@ def _same_on_every_rank(comm, y: torch.Tensor) -> bool:
     return all(other == mine for other in comm.allgather(mine))
 
 
+def _check_same_on_every_rank(comm, op: GemmRsAr, seed: int, M: int, K: int) -> tuple:
+    """``check`` at this shape, then AR's result on these inputs again: the same on every rank
+    bit for bit. Returns this rank's (x, w)."""
+    check(op, seed=seed, M=M, K=K)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
+    y = op(x, w)
+    torch.cuda.synchronize()
+    assert _same_on_every_rank(comm, y)
+    return x, w
+
+
 @pytest.mark.parametrize("bn", [None, 64, 128])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
@@ -180,13 +192,7 @@ def test_push_all_ar(comm, M, N, K, bn):
     try:
         p = op.plan(M, K)
         assert p.push_all and (bn is None or p.bn == bn)
-        seed = M * 7 + K * 3 + N + (bn or 0)
-        check(op, seed=seed, M=M, K=K)
-        dev = torch.device("cuda", torch.cuda.current_device())
-        x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
-        y = op(x, w)
-        torch.cuda.synchronize()
-        assert _same_on_every_rank(comm, y)
+        _check_same_on_every_rank(comm, op, M * 7 + K * 3 + N + (bn or 0), M, K)
     finally:
         op.force_push_all, op.force_bn = None, None
 
@@ -201,13 +207,7 @@ def test_default_small_m_plans(comm, M, K):
         M <= 128 or (M <= 256 and K >= 4096))
     assert op.plan(M, K).push_all == push_all
     assert (op.plan(M, K, "gemm").bn == 64) == (M <= 128)
-    seed = M * 13 + K
-    check(op, seed=seed, M=M, K=K)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
-    y = op(x, w)
-    torch.cuda.synchronize()
-    assert _same_on_every_rank(comm, y)
+    x, w = _check_same_on_every_rank(comm, op, M * 13 + K, M, K)
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
