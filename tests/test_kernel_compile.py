@@ -44,14 +44,16 @@ VARIANTS = [
     # 4 mainloop stages, the sub-tile ring holding part of the tile (6 of 7 / 4 of 8 slots)
     Variant("sm_90a", 224, 2, "rs", "unicast", 2, push="tma", stages=4),
     Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all", stages=4),
-    # push-all AR: every tile to every peer, every tile reduced on every rank
-    Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1),
+    # push-all AR: every tile to every peer, every tile reduced on every rank (the 64-wide
+    # one as launched by default at one tile row, with PDL)
+    Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1),
     Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", push_all=1),
     # programmatic dependent launch
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
     Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
-    # AR's default at one tile row, over NVLink multicast too (compiled only: multicast is off here)
-    Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1),
+    # AR's default at one tile row over NVLink multicast, with PDL as launched by default
+    # (compiled only: multicast is off here)
+    Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),
 ]
 
 
@@ -150,7 +152,9 @@ def test_pdl_waits_before_any_global_access(ptx_of):
     """A PDL variant waits for the previous grid before its first global load or store."""
     import re
     for v in (Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
-              Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1)):
+              Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
+              Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1),
+              Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1)):
         ptx = ptx_of(v)
         body = ptx[ptx.index(".entry"):]
         wait = body.index("griddepcontrol.wait")
