@@ -5,7 +5,7 @@ shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` ele
 order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
 (and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, ``pair_n``,
-``push_all``, ``early_fence``, default 1 / False).
+``push_all``, default 1 / False).
 Everything here - the round schedule, tile classes, receive slots, pushes, waits, reductions,
 stamps, the AR copy-out - is independent of how the tile was computed (wgmma on sm90, tcgen05
 on sm100).
@@ -56,9 +56,6 @@ class CommWarps:
     push_all = False
     # True: record event times (``launch.trace``)
     trace = False
-    # True: the thread that stamps fences once after the CTA's last stamp, and the exit
-    # (``protocol.finish_launch``) fences only in the last CTA (an experiment, sm90)
-    early_fence = False
 
     @property
     def defer_release(self) -> bool:
@@ -361,14 +358,6 @@ class CommWarps:
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
 
-        if cutlass.const_expr(self.comm and self.early_fence):
-            # The stamps above are this CTA's last remote writes (what follows reads the
-            # receive slots and writes this rank's output). A stamp still in flight at the
-            # kernel's end can be overtaken by the next launch's (a hang, docs/PERF.md (g)),
-            # so it must be performed before the exit: fenced here, while the peers' partials
-            # are still awaited, the exit need not fence behind the output's stores.
-            if ctid == 0:
-                ptx.fence_sys()
         if cutlass.const_expr(self.mode == "rs" or self.push_all):
             # tiles shared with other owners: every push of this CTA is out, now sum own rows
             for rnd in range(rounds):

@@ -72,18 +72,13 @@ def wait_peers_done(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int
 
 @cute.jit
 def finish_launch(ws: Int64, peer_tab: Int64, epoch: Int32, num_ctas: Int32,
-                  world: cutlass.Constexpr, rank: Int32, notify_peers: cutlass.Constexpr,
-                  cta_fence: cutlass.Constexpr = True):
+                  world: cutlass.Constexpr, rank: Int32, notify_peers: cutlass.Constexpr):
     """Called by one thread per CTA after the CTA's last memory access. The last CTA to
     get here advances the epoch and tells every peer this rank is done with the launch.
     The system fence per CTA stays: without it (tried 2026-11-30) the end of a launch was
     no faster in the trace, and one suite run hung on a stamp that never arrived, which a
-    stamp of the CTA still in flight at exit, overtaken by the next launch's, would explain.
-    ``cta_fence`` False (``CommWarps.early_fence``): the CTA fenced after its last stamp
-    already; the GPU-scope release of the count orders its reads of the receive slots and its
-    output before the last CTA's system fence, which then covers every CTA's."""
-    if cta_fence:
-        ptx.fence_sys()
+    stamp of the CTA still in flight at exit, overtaken by the next launch's, would explain."""
+    ptx.fence_sys()
     old = ptx.atom_add_acq_rel_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(1))
     if old == num_ctas - Int32(1):
         ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(0))

@@ -70,8 +70,7 @@ def parse() -> argparse.Namespace:
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
-                        "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl), and "
-                        "fencing after each CTA's last stamp, not at exit (rs_ef / ar_ef); at "
+                        "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl); at "
                         "world 2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= "
                         "1024) and on the owner plan (ar_owner)")
     p.add_argument("--stages-sweep", action="store_true",
@@ -275,9 +274,6 @@ class Bench:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,
                                             force_pdl=False), sets)
-            # and fencing after each CTA's last stamp instead of at its exit
-            for m in ("rs", "ar"):
-                cols[f"{m}_ef"] = (_with(ops[m], ops[m], force_early_fence=True), sets)
         if self.args.plan_sweep and W == 2:
             from launch.plan import PUSH_ALL_MAX_M
             if M <= PUSH_ALL_MAX_M:

@@ -29,9 +29,6 @@ def main() -> int:
     p.add_argument("--no-pdl", action="store_true",
                    help="also time our three without programmatic dependent launch (*_nopdl; "
                         "on by default on sm90)")
-    p.add_argument("--early-fence", action="store_true",
-                   help="also time RS and AR fencing after each CTA's last stamp instead of "
-                        "at its exit (*_ef; GemmRsAr.force_early_fence)")
     a = p.parse_args()
     import torch
     from mpi4py import MPI
@@ -90,12 +87,8 @@ def main() -> int:
                         "rsar_ar": lambda: ops["ar"](x, w)}
                 if a.no_pdl:
                     for name in ("gemm_only", "rsar_rs", "rsar_ar"):
-                        cols[name + "_nopdl"] = _knob(ops["ar" if name == "rsar_ar" else "rs"],
-                                                      "force_pdl", False, cols[name])
-                if a.early_fence:
-                    for name in ("rsar_rs", "rsar_ar"):
-                        op = ops["ar" if name == "rsar_ar" else "rs"]
-                        cols[name + "_ef"] = _knob(op, "force_early_fence", True, cols[name])
+                        cols[name + "_nopdl"] = _no_pdl(ops["ar" if name == "rsar_ar" else "rs"],
+                                                        cols[name])
                 for name, fn in cols.items():
                     each, queued = timed(fn, True), timed(fn, False)
                     if rank == 0:
@@ -108,15 +101,13 @@ def main() -> int:
     return 0
 
 
-def _knob(op, name: str, value, fn):
-    """fn with op's attribute ``name`` set to ``value`` for the call, restored after it."""
+def _no_pdl(op, fn):
     def call():
-        before = getattr(op, name)
-        setattr(op, name, value)
+        op.force_pdl = False
         try:
             return fn()
         finally:
-            setattr(op, name, before)
+            op.force_pdl = None
     return call
 
 

@@ -71,9 +71,6 @@ def main() -> int:
     p.add_argument("--peers-first", action="store_true")
     p.add_argument("--pair-n", action="store_true",
                    help="2x1 clusters pairing tiles along N (GemmRsAr.force_pair_n)")
-    p.add_argument("--early-fence", action="store_true",
-                   help="fence after each CTA's last stamp, not at exit "
-                        "(GemmRsAr.force_early_fence)")
     p.add_argument("--push-all", action="store_true",
                    help="AR on the push-all plan (GemmRsAr.force_push_all; world 2, M <= 1024)")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
@@ -97,7 +94,6 @@ def main() -> int:
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
         op.force_push_all = True if a.push_all and mode == "ar" else None
-        op.force_early_fence = a.early_fence
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)

@@ -51,9 +51,6 @@ VARIANTS = [
     # programmatic dependent launch
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
     Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
-    # fenced after each CTA's last stamp instead of at its exit (RS, and push-all AR)
-    Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1, early_fence=1),
-    Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1, early_fence=1),
     # AR's default at one tile row over NVLink multicast, with PDL as launched by default
     # (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),
@@ -168,32 +165,3 @@ def test_pdl_waits_before_any_global_access(ptx_of):
     plain = ptx_of(Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1))
     assert "griddepcontrol" not in plain
 
-
-
-def _exit_fenced(ptx: str) -> bool:
-    """Whether a system fence comes shortly before the exit's CTA count (``finish_launch``)."""
-    lines = [x.strip() for x in ptx[ptx.index(".entry"):].splitlines() if x.strip()]
-    at = next(i for i, x in enumerate(lines) if "atom.acq_rel.gpu" in x)
-    return any("fence.acq_rel.sys" in x for x in lines[max(0, at - 8):at])
-
-
-@pytest.mark.parametrize("v", [
-    Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
-    Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1)],
-    ids=["rs", "ar_push_all"])
-def test_early_fence_moves_the_exit_fence(ptx_of, v):
-    """With ``early_fence`` the CTA's system fence leaves the exit (only the last CTA fences
-    there, before ``done``) and the kernel still fences as often in its text: once after the
-    CTA's last stamp instead."""
-    from dataclasses import replace
-    early = ptx_of(replace(v, early_fence=1))
-    plain = ptx_of(v)
-    assert _exit_fenced(plain) and not _exit_fenced(early)
-    assert early.count("fence.acq_rel.sys") == plain.count("fence.acq_rel.sys")
-
-
-@pytest.mark.parametrize("mode,transport", [("gemm", "unicast"), ("rs", "multicast")])
-def test_early_fence_refused_where_it_does_not_apply(mode, transport):
-    from launch.sm90_kernel import Sm90FusedKernel
-    with pytest.raises(ValueError, match="early_fence"):
-        Sm90FusedKernel(128, 2, mode, transport, early_fence=1)

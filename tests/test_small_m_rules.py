@@ -60,7 +60,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.push = gemm_rsar.default_push(arch, transport, mode)
     op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
     op.force_band = op.force_push_all = op.force_pdl = None
-    op.force_rotate = op.force_pair_n = op.force_early_fence = False
+    op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
     op._plans = {}
     return op

@@ -271,32 +271,6 @@ def test_without_pdl_correct(comm, M, K, ar):
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("K", [64, 1024])
-@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_early_fence_correct(comm, M, K, ar):
-    """Fenced after each CTA's last stamp instead of at its exit (``force_early_fence``):
-    RS, AR (push-all at small M, the owner plan above), correct."""
-    op = get_op(comm, 7168, ar)
-    op.force_early_fence = True
-    try:
-        check(op, seed=M * 17 + K + int(ar), M=M, K=K)
-    finally:
-        op.force_early_fence = False
-
-
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-def test_early_fence_back_to_back_bitwise(comm, ar):
-    """500 queued calls of random M, early-fence and default exits mixed (a launch's
-    ``done`` and stamps meet the next launch of either kind): equal bit for bit on the same
-    inputs, and a call after them still correct."""
-    op = get_op(comm, 384, ar)
-    pairs = _mixed_pairs(op, "force_early_fence", 500, MAX_M, 128, 131 + int(ar), 0.6, 0.05)
-    for step, M, a, b in pairs:
-        assert torch.equal(a, b), f"step {step} M={M}: early-fence and default exits differ"
-    check(op, seed=9, M=1000, K=128)
-
-
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 def test_pdl_back_to_back_bitwise(comm, ar):
     """500 queued calls of random M, PDL and plain launches mixed, each PDL launch next to
     the kernel before it (its epoch, stamps and y's memory): a PDL call equals the plain
