@@ -421,9 +421,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
     if push_all is None:
-        push_all = (mode == "ar" and world == 2 and arch not in BLACKWELL and bn is None
-                    and cta_group is None and lag is None and not rotate
-                    and peers_first is None and not pair_n and choose_push_all(M, K))
+        push_all = (mode == "ar" and world == 2 and peers_first is None
+                    and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
+                    and choose_push_all(M, K))
     if push_all:
         plan = _make_push_all_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn,
                                    cta_group=cta_group, lag=lag, rotate=rotate,
@@ -439,13 +439,19 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
 
 
+def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | None,
+                   rotate: bool, pair_n: bool) -> bool:
+    """An sm90 plan whose shape no caller forced: the small-M and cluster rules decide it."""
+    return (arch not in BLACKWELL and bn is None and cta_group is None and lag is None
+            and not rotate and not pair_n)
+
+
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
                rotate: bool, peers_first: bool | None, pair_n: bool = False) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
-    unforced = (bn is None and cta_group is None and lag is None and not rotate
-                and arch not in BLACKWELL and not pair_n)
+    unforced = _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
     if unforced and mode == "gemm":
         bn0, cg0 = choose_gemm_width(M, N, sm_count), choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
