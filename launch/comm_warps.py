@@ -56,6 +56,11 @@ class CommWarps:
     push_all = False
     # True: record event times (``launch.trace``)
     trace = False
+    # True (world 2, unicast): the global loads of a reduction or copy-out are issued one
+    # sub-tile ahead, so each sub-tile waits on its loads once per tile rather than once per
+    # sub-tile (traces showed a 57 KB own tile taking ~10 us to reduce after the GEMM ended:
+    # seven L2 round trips in a row)
+    prefetch = False
 
     @property
     def defer_release(self) -> bool:
@@ -288,8 +293,14 @@ class CommWarps:
                         self.comm_bar.arrive_and_wait()
                         self._mark(ws, cta, trace.DIRECT_WAITED, first)
                 own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
+                ahead = None
+                if cutlass.const_expr(self._prefetching()):
+                    ahead = self._sub_loads(ctid, 0, own_slot_addr, m0, tn, direct)
 
                 for e in cutlass.range_constexpr(self.num_sub):
+                    pre = ahead
+                    if cutlass.const_expr(self._prefetching() and e + 1 < self.num_sub):
+                        ahead = self._sub_loads(ctid, e + 1, own_slot_addr, m0, tn, direct)
                     epi_pipe.consumer_wait(epi_state)
                     if cutlass.const_expr(e == 0):
                         self._mark(ws, cta, trace.FIRST_SUB, first)
@@ -299,7 +310,7 @@ class CommWarps:
                         if direct:
                             self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
                                              rows_end, t, out_addr, N, rank, local_M, peer_tab,
-                                             out_off, True)
+                                             out_off, True, pre)
                         elif cutlass.const_expr(self.tma_push):
                             self._push_sub_bulk(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo,
                                                 rank, local_M, tiles_n, num_tiles, peer_tab,
@@ -478,12 +489,15 @@ class CommWarps:
     @cute.jit
     def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
                     rows_end, t, out_addr, N, rank, local_M, peer_tab, out_off,
-                    from_smem: cutlass.Constexpr):
+                    from_smem: cutlass.Constexpr, pre=None):
         """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
-        plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output."""
+        plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output.
+        ``pre``: the peer's chunks of this sub-tile (``_sub_loads``, world 2), loaded earlier."""
         # AR results leave as bulk copies from the slot (direct path only: the slot holds them)
         bulk = self.bulk_results and self.mode == "ar" and not self.multicast and from_smem
         batch = max(1, 8 // max(1, self.world - 1))
+        if cutlass.const_expr(pre is not None):
+            batch = 1  # the peer's chunks are in registers: sum each as its own chunk is read
         for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
             own = []
             peers = []
@@ -499,8 +513,11 @@ class CommWarps:
                     own.append(self._ld_if(live, own_smem + smem_off, True))
                 else:
                     own.append(self._ld_if(live, src + Int64(self.world - 1) * region_bytes, False))
-                for s in cutlass.range_constexpr(self.world - 1):
-                    peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
+                if cutlass.const_expr(pre is not None):
+                    peers.append(pre[j])
+                else:
+                    for s in cutlass.range_constexpr(self.world - 1):
+                        peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
             for jj in cutlass.range_constexpr(len(geo)):
                 live, grow, sub_off, col, smem_off = geo[jj]
                 mine = grow < rows_end
@@ -527,6 +544,22 @@ class CommWarps:
                 ptx.bulk_commit()
                 if cutlass.const_expr(not self.defer_release):
                     ptx.bulk_wait_read_all()
+
+    def _prefetching(self) -> bool:
+        """Whether reductions load one sub-tile ahead (``prefetch``; world 2, unicast: one
+        peer's chunks of a sub-tile fit the registers, and one batch covers the sub-tile)."""
+        return (self.prefetch and self.comm and not self.multicast and self.world == 2
+                and _CHUNK_ITERS <= 8)
+
+    @cute.jit
+    def _sub_loads(self, ctid, e: cutlass.Constexpr, slot_addr, m0, tn, pred):
+        """This thread's 16-byte chunks of sub-tile e at ``slot_addr`` (the peer's receive
+        region, or a tile of OUT) where ``pred``, zeros elsewhere: a list of 4-word tuples."""
+        vals = []
+        for j in cutlass.range_constexpr(_CHUNK_ITERS):
+            c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
+            vals.append(self._ld_if(pred & (c < Int32(_SUB_CHUNKS)), slot_addr + sub_off, False))
+        return vals
 
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
@@ -606,6 +639,7 @@ class CommWarps:
         rows_end = M
         if cutlass.const_expr(self.mode == "rs"):
             rows_end = padded_M
+        slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
         for e in cutlass.range_constexpr(self.num_sub):
             if cutlass.const_expr(self.multicast):
                 for j in cutlass.range_constexpr(_CHUNK_ITERS):
@@ -619,9 +653,8 @@ class CommWarps:
                         self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
                                            rank, local_M, peer_tab, out_off, mc_base)
             else:
-                self._reduce_sub(ctid, e, Int32(0), ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes),
-                                 region_bytes, m0, tn, rows_end, t, out_addr, N, rank, local_M,
-                                 peer_tab, out_off, False)
+                self._reduce_sub(ctid, e, Int32(0), slot_addr, region_bytes, m0, tn, rows_end, t,
+                                 out_addr, N, rank, local_M, peer_tab, out_off, False)
         self.comm_bar.arrive_and_wait()
         if cutlass.const_expr(self.mode == "ar" and not self.push_all):
             if ctid == 0:
@@ -645,13 +678,21 @@ class CommWarps:
                 tm = j_tile // tiles_n
                 tn = j_tile - tm * tiles_n
                 base = ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)
+                ahead = None
+                if cutlass.const_expr(self._prefetching()):
+                    ahead = self._sub_loads(ctid, 0, base, tm * Int32(BM), tn, True)
                 for e in cutlass.range_constexpr(self.num_sub):
                     vals = []
                     geo = []
+                    if cutlass.const_expr(self._prefetching()):
+                        vals = ahead
+                        if cutlass.const_expr(e + 1 < self.num_sub):
+                            ahead = self._sub_loads(ctid, e + 1, base, tm * Int32(BM), tn, True)
                     for j in cutlass.range_constexpr(_CHUNK_ITERS):
                         c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, tm * Int32(BM), tn)
                         geo.append((c, grow, col))
-                        vals.append(self._ld_if(c < Int32(_SUB_CHUNKS), base + sub_off, False))
+                        if cutlass.const_expr(not self._prefetching()):
+                            vals.append(self._ld_if(c < Int32(_SUB_CHUNKS), base + sub_off, False))
                     for j in cutlass.range_constexpr(_CHUNK_ITERS):
                         c, grow, col = geo[j]
                         if (c < Int32(_SUB_CHUNKS)) & (grow < M):

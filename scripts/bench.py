@@ -65,12 +65,16 @@ def parse() -> argparse.Namespace:
                         "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n> (thread-store pushes; "
                         "with the op's own push: rs_c<n>p / ar_c<n>p), the 1-CTA plan "
                         "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
-                        "ar_rot), in the round order at the plan's width (rs_rnd / ar_rnd), "
-                        "in the peers-first order (rs_pf / ar_pf), with 64-wide tiles "
+                        "ar_rot; with the op's own push: rs_rotp / ar_rotp), in the round order at "
+                        "the plan's width (rs_rnd / ar_rnd), "
+                        "in the peers-first order (rs_pf / ar_pf; thread-store pushes: rs_pflsu / "
+                        "ar_pflsu), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
-                        "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl); at "
+                        "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl), the "
+                        "default plans with reductions loading each sub-tile on its own (rs_nopre / "
+                        "ar_nopre); at "
                         "world 2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= "
                         "1024) and on the owner plan (ar_owner)")
     p.add_argument("--stages-sweep", action="store_true",
@@ -237,6 +241,9 @@ class Bench:
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
             cols["ar_rot"] = (_forced(ops["ar"], 1, None, ops["ar"], rotate=True), sets)
+            for m in ("rs", "ar"):  # rotated parts with the op's own push (bulk copies)
+                cols[f"{m}_rotp"] = (_forced(ops[m], 1, None, ops[m], rotate=True,
+                                             push=ops[m].push), sets)
             for cg in (1, 2):
                 cols[f"rs_c{cg}tma"] = (_forced(ops["rs"], cg, None, ops["rs"], push="tma"), sets)
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
@@ -248,6 +255,8 @@ class Bench:
                                             peers_first=False), sets)
                 cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                            peers_first=True), sets)
+                cols[f"{m}_pflsu"] = (_forced(ops[m], 1, None, ops[m], push="lsu",
+                                              peers_first=True), sets)
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)
@@ -270,6 +279,9 @@ class Bench:
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
         if self.args.plan_sweep:
+            # reductions loading every sub-tile on its own (the default loads one ahead)
+            for m in ("rs", "ar"):
+                cols[f"{m}_nopre"] = (_with(ops[m], ops[m], force_prefetch=False), sets)
             # the default plans without programmatic dependent launch (on by default, sm90)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,
@@ -382,10 +394,6 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
             op.force_rotate = op.force_pair_n = False
             op.push = default
     return call
-
-
-
-
 
 
 def _with(op, fn, **knobs):

@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def variants(arch: str, world: int, transports: list[str]) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, the
     K classes the heuristics distinguish and N with and without 256-wide tiles (push-all AR
-    plans where the transport runs them; programmatic dependent launch on sm90, as
-    ``GemmRsAr`` launches by default)."""
+    plans where the transport runs them; programmatic dependent launch on sm90, and the
+    sub-tile-ahead loads of world-2 unicast reductions, as ``GemmRsAr`` launches by
+    default)."""
     from launch.cache import Variant, auto_push_all, default_push
     from launch.plan import make_plan
     kinds = set()
@@ -42,7 +43,8 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                                    int(p.pair_n), int(p.push_all)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
-                    push_all=pa, pdl=pdl)
+                    push_all=pa, pdl=pdl,
+                    prefetch=int(pdl and world == 2 and tr == "unicast" and mode != "gemm"))
             for bn, mode, tr, push, cg, pf, pn, pa in sorted(kinds)]
 
 

@@ -73,6 +73,8 @@ def main() -> int:
                    help="2x1 clusters pairing tiles along N (GemmRsAr.force_pair_n)")
     p.add_argument("--push-all", action="store_true",
                    help="AR on the push-all plan (GemmRsAr.force_push_all; world 2, M <= 1024)")
+    p.add_argument("--push", choices=["lsu", "tma", "tma_all"], default=None,
+                   help="how partials leave (GemmRsAr.push; default: the op's own)")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
@@ -94,6 +96,8 @@ def main() -> int:
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
         op.force_push_all = True if a.push_all and mode == "ar" else None
+        if a.push:
+            op.push = a.push
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)

@@ -51,6 +51,11 @@ VARIANTS = [
     # programmatic dependent launch
     Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1),
     Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1),
+    # reductions and AR's copy-out loading one sub-tile ahead, as world-2 unicast kernels
+    # launch by default
+    Variant("sm_90a", 224, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1),
+    Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1),
+    Variant("sm_90a", 224, 2, "ar", "unicast", push="lsu", peers_first=1, pdl=1, prefetch=1),
     # AR's default at one tile row over NVLink multicast, with PDL as launched by default
     # (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),
@@ -146,6 +151,16 @@ def test_push_all_refuses_what_it_cannot_combine():
         with pytest.raises(ValueError, match="push-all"):
             Sm90FusedKernel(64, args.pop("world"), args.pop("mode"), args.pop("transport"),
                             args.pop("cta_group"), push_all=1, **args)
+
+
+def test_prefetch_moves_loads_and_adds_none(ptx_of):
+    """Loading a sub-tile ahead reorders a reduction's global loads: the kernel issues the
+    same number of them as without it."""
+    for mode, push in (("rs", "tma"), ("ar", "tma_all")):
+        plain = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push, pdl=1))
+        ahead = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push, pdl=1, prefetch=1))
+        assert plain != ahead
+        assert ahead.count("ld.global.cg.v4") == plain.count("ld.global.cg.v4") > 0
 
 
 def test_pdl_waits_before_any_global_access(ptx_of):

@@ -59,7 +59,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.all_reduce, op.transport, op.trace = mode == "ar", transport, False
     op.push = gemm_rsar.default_push(arch, transport, mode)
     op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
-    op.force_band = op.force_push_all = op.force_pdl = None
+    op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
     op._plans = {}
@@ -83,6 +83,24 @@ def test_op_defaults_launch_pdl_and_push_all(variants):
     assert not plan.push_all and variants[-1].push_all == 0 and variants[-1].pdl == 1
     plan, _ = op._plan_and_kernel(128, 1024, "gemm")
     assert plan.bn == 64 and variants[-1].pdl == 1
+
+
+def test_op_defaults_prefetch_where_reductions_run(variants):
+    """Sub-tile-ahead loads: every fused world-2 unicast sm90 kernel, none elsewhere."""
+    for mode in ("rs", "ar"):
+        for M, K in ((128, 1024), (1024, 4096), (8192, 9216)):
+            _op(mode)._plan_and_kernel(M, K, mode)
+            assert variants[-1].prefetch == 1, (mode, M, K)
+    _op("rs")._plan_and_kernel(1024, 1024, "gemm")
+    assert variants[-1].prefetch == 0
+    _op("ar", transport="multicast")._plan_and_kernel(1024, 1024, "ar")
+    assert variants[-1].prefetch == 0
+    _op("ar", arch="sm_100a")._plan_and_kernel(1024, 1024, "ar")
+    assert variants[-1].prefetch == 0
+    op = _op("rs")
+    op.force_prefetch = False
+    op._plan_and_kernel(1024, 1024, "rs")
+    assert variants[-1].prefetch == 0
 
 
 def test_op_knobs_turn_the_defaults_off(variants):

@@ -80,9 +80,10 @@ def test_correct(comm, M, N, K, ar):
     (1, False, "tma", False, None), (2, False, "tma", False, None),
     (1, False, "tma_all", False, None), (1, False, "tma_all", True, None),
     (1, False, "lsu", True, None), (1, False, "tma_all", True, 64), (1, False, "lsu", False, 64),
-    (1, False, "tma_all", False, 224), (2, False, "lsu", False, 224), (1, False, "tma", True, 224)],
+    (1, False, "tma_all", False, 224), (2, False, "lsu", False, 224), (1, False, "tma", True, 224),
+    (1, True, "tma_all", False, None)],
     ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall", "c1pf", "c1pflsu", "c1pf64", "c1bn64",
-         "c1bn224", "c2bn224lsu", "c1pf224"])
+         "c1bn224", "c2bn224lsu", "c1pf224", "c1rottma"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
@@ -268,6 +269,37 @@ def test_without_pdl_correct(comm, M, K, ar):
         assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
     finally:
         op.force_pdl = None
+
+
+@pytest.mark.parametrize("order", ["default", "pf", "pflsu"])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [64, 4096])
+@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
+def test_prefetch_correct(comm, M, K, ar, order):
+    """Reductions and AR's copy-out loading one sub-tile ahead (``force_prefetch``), on the
+    default plan and on 1-CTA peers-first plans with bulk-copy or thread-store pushes."""
+    op = get_op(comm, 7168, ar)
+    default_push = op.push
+    op.force_prefetch = True
+    if order != "default":
+        op.force_cta_group, op.force_peers_first = 1, True
+        op.push = "lsu" if order == "pflsu" else default_push
+    try:
+        check(op, seed=M * 13 + K + int(ar), M=M, K=K)
+    finally:
+        op.force_prefetch = op.force_cta_group = op.force_peers_first = None
+        op.push = default_push
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_prefetch_back_to_back_bitwise(comm, ar):
+    """300 queued calls of random M, with and without the sub-tile-ahead loads mixed: the
+    same inputs give the same result bit for bit (the loads move, the sums do not)."""
+    op = get_op(comm, 7168, ar)
+    pairs = _mixed_pairs(op, "force_prefetch", 300, MAX_M, 256, 77 + int(ar), 0.5, 0.1)
+    for step, M, a, b in pairs:
+        assert torch.equal(a, b), f"step {step} M={M}: prefetching and plain reductions differ"
+    check(op, seed=8, M=1000, K=128)
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
