@@ -56,10 +56,10 @@ class CommWarps:
     push_all = False
     # True: record event times (``launch.trace``)
     trace = False
-    # True (world 2, unicast): the global loads of a reduction or copy-out are issued one
-    # sub-tile ahead, so each sub-tile waits on its loads once per tile rather than once per
-    # sub-tile (traces showed a 57 KB own tile taking ~10 us to reduce after the GEMM ended:
-    # seven L2 round trips in a row)
+    # True (world 2, unicast): the peer's chunks of a direct reduction, and AR's copy-out,
+    # are loaded one sub-tile ahead, so one sub-tile's loads are in flight while the one
+    # before is summed (a trace showed a 57 KB own tile taking ~10 us to reduce after the
+    # GEMM ended: seven L2 round trips in a row, one per sub-tile)
     prefetch = False
 
     @property
@@ -546,8 +546,9 @@ class CommWarps:
                     ptx.bulk_wait_read_all()
 
     def _prefetching(self) -> bool:
-        """Whether reductions load one sub-tile ahead (``prefetch``; world 2, unicast: one
-        peer's chunks of a sub-tile fit the registers, and one batch covers the sub-tile)."""
+        """Whether reductions load one sub-tile ahead (``prefetch``; world 2 over unicast,
+        where the one peer's chunks of a sub-tile, 6 x 16 B a thread, fit the registers of
+        the communication warps beside the sub-tile being summed)."""
         return (self.prefetch and self.comm and not self.multicast and self.world == 2
                 and _CHUNK_ITERS <= 8)
 
