@@ -67,6 +67,12 @@ def auto_push_all(mode: str, transport: str, push: str) -> bool | None:
     return None if mode == "ar" and transport == "unicast" and push != "lsu" else False
 
 
+def default_prefetch(arch: str, world: int, transport: str, mode: str) -> int:
+    """1 where a kernel's reductions load one sub-tile ahead by default (``CommWarps``
+    ``prefetch``): sm90 fused kernels at world 2 over unicast (docs/PERF.md (j))."""
+    return int(arch == "sm_90a" and world == 2 and transport == "unicast" and mode != "gemm")
+
+
 def push_for(push: str, mode: str) -> str:
     """The push a ``mode`` kernel compiles with: "tma_all" differs from "tma" only in AR."""
     return "tma" if push == "tma_all" and mode != "ar" else push

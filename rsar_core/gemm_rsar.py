@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from launch.cache import CACHE, Variant, auto_push_all, default_push, push_for
+from launch.cache import CACHE, Variant, auto_push_all, default_prefetch, default_push, push_for
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -222,8 +222,8 @@ class GemmRsAr:
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
         pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
-        prefetch = int(self.force_prefetch is not False and self.arch == "sm_90a"
-                       and self.world == 2 and self.transport == "unicast" and mode != "gemm")
+        prefetch = (default_prefetch(self.arch, self.world, self.transport, mode)
+                    if self.force_prefetch is not False else 0)
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,

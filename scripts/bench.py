@@ -278,7 +278,6 @@ class Bench:
                                                  peers_first=True, pair_n=True), sets)
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
-        if self.args.plan_sweep:
             # reductions loading every sub-tile on its own (the default loads one ahead)
             for m in ("rs", "ar"):
                 cols[f"{m}_nopre"] = (_with(ops[m], ops[m], force_prefetch=False), sets)
@@ -383,17 +382,8 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
     """fn with op's plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the lag;
     rotation or the peers-first order; the tile width; how partials are pushed) for the
     call."""
-    def call(x, w):
-        default = op.push
-        op.force_cta_group, op.force_lag, op.force_rotate, op.push = cta_group, lag, rotate, push
-        op.force_peers_first, op.force_bn, op.force_pair_n = peers_first, bn, pair_n
-        try:
-            return fn(x, w)
-        finally:
-            op.force_cta_group = op.force_lag = op.force_bn = op.force_peers_first = None
-            op.force_rotate = op.force_pair_n = False
-            op.push = default
-    return call
+    return _with(op, fn, force_cta_group=cta_group, force_lag=lag, force_rotate=rotate,
+                 push=push, force_peers_first=peers_first, force_bn=bn, force_pair_n=pair_n)
 
 
 def _with(op, fn, **knobs):
@@ -430,7 +420,6 @@ def column_order(names: list[str], seed: int | None, M: int, N: int, K: int, *,
     if seed is not None or block:
         random.Random(f"{seed}:{M}:{N}:{K}:{block}").shuffle(names)
     return names
-
 
 
 def _ratios(t: dict, row: dict) -> dict:

@@ -25,7 +25,7 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     plans where the transport runs them; programmatic dependent launch on sm90, and the
     sub-tile-ahead loads of world-2 unicast reductions, as ``GemmRsAr`` launches by
     default)."""
-    from launch.cache import Variant, auto_push_all, default_push
+    from launch.cache import Variant, auto_push_all, default_prefetch, default_push
     from launch.plan import make_plan
     kinds = set()
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
@@ -43,8 +43,7 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                                    int(p.pair_n), int(p.push_all)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
-                    push_all=pa, pdl=pdl,
-                    prefetch=int(pdl and world == 2 and tr == "unicast" and mode != "gemm"))
+                    push_all=pa, pdl=pdl, prefetch=default_prefetch(arch, world, tr, mode))
             for bn, mode, tr, push, cg, pf, pn, pa in sorted(kinds)]
 
 
