@@ -18,7 +18,7 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "pull", "trace")
+          "trace")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,6 @@ class Variant:
     push_all: int = 0  # 1: the push-all AR plan (plans with push_all)
     pdl: int = 0  # 1: programmatic dependent launch (Sm90FusedKernel)
     prefetch: int = 0  # 1: reductions load one sub-tile ahead (Sm90FusedKernel)
-    pull: int = 0  # 1: owners read partials from the ranks that computed them (CommWarps)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

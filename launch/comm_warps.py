@@ -61,12 +61,6 @@ class CommWarps:
     # before is summed (a trace showed a 57 KB own tile taking ~10 us to reduce after the
     # GEMM ended: seven L2 round trips in a row, one per sub-tile)
     prefetch = False
-    # True (unicast): partials stay home and owners pull them. A rank writes its partial of a
-    # tile another rank owns into its own workspace, where a push would have put it in the
-    # owner's (same region and slot), and stamps the owner; the owner reads it over NVLink
-    # with thread loads. Bulk copies then only ever write local memory, so they no longer hold
-    # the SM's TMA unit for a link round trip while the mainloop's loads queue behind them.
-    pull = False
 
     @property
     def defer_release(self) -> bool:
@@ -301,13 +295,12 @@ class CommWarps:
                 own_slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
                 ahead = None
                 if cutlass.const_expr(self._prefetching()):
-                    peer_slot_addr = own_slot_addr + self._src_shift(peer_tab, rank, 0)
-                    ahead = self._sub_loads(ctid, 0, peer_slot_addr, m0, tn, direct)
+                    ahead = self._sub_loads(ctid, 0, own_slot_addr, m0, tn, direct)
 
                 for e in cutlass.range_constexpr(self.num_sub):
                     pre = ahead
                     if cutlass.const_expr(self._prefetching() and e + 1 < self.num_sub):
-                        ahead = self._sub_loads(ctid, e + 1, peer_slot_addr, m0, tn, direct)
+                        ahead = self._sub_loads(ctid, e + 1, own_slot_addr, m0, tn, direct)
                     epi_pipe.consumer_wait(epi_state)
                     if cutlass.const_expr(e == 0):
                         self._mark(ws, cta, trace.FIRST_SUB, first)
@@ -490,23 +483,8 @@ class CommWarps:
         of tile t."""
         slot = self._slot(dest, t, tm, tn, tiles_n, local_M, num_tiles)
         src_idx = (rank - dest - Int32(1) + Int32(self.world)) % Int32(self.world)
-        home = dest
-        if cutlass.const_expr(self.pull):
-            home = rank  # the owner reads it from here (``pull``)
-        return (protocol.peer_base(peer_tab, home) + recv_off + Int64(src_idx) * region_bytes
+        return (protocol.peer_base(peer_tab, dest) + recv_off + Int64(src_idx) * region_bytes
                 + Int64(slot) * Int64(self.tile_bytes))
-
-    @cute.jit
-    def _src_shift(self, peer_tab, rank, s: cutlass.Constexpr):
-        """What turns the address of receive region ``s`` in this rank's workspace into the
-        address of the same bytes where they are read from: 0 when peers push them here;
-        with ``pull`` the distance to the workspace of the peer that region holds, which
-        keeps them in its own region and slot."""
-        d = Int64(0)
-        if cutlass.const_expr(self.pull):
-            src = (rank + Int32(1 + s)) % Int32(self.world)
-            d = protocol.peer_base(peer_tab, src) - protocol.peer_base(peer_tab, rank)
-        return d
 
     @cute.jit
     def _reduce_sub(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0, tn,
@@ -518,7 +496,6 @@ class CommWarps:
         # AR results leave as bulk copies from the slot (direct path only: the slot holds them)
         bulk = self.bulk_results and self.mode == "ar" and not self.multicast and from_smem
         batch = max(1, 8 // max(1, self.world - 1))
-        shifts = [self._src_shift(peer_tab, rank, s) for s in range(self.world - 1)]
         if cutlass.const_expr(pre is not None):
             batch = 1  # the peer's chunks are in registers: sum each as its own chunk is read
         for j0 in cutlass.range_constexpr(0, _CHUNK_ITERS, batch):
@@ -540,8 +517,7 @@ class CommWarps:
                     peers.append(pre[j])
                 else:
                     for s in cutlass.range_constexpr(self.world - 1):
-                        peers.append(self._ld_if(live, src + Int64(s) * region_bytes + shifts[s],
-                                                 False))
+                        peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
             for jj in cutlass.range_constexpr(len(geo)):
                 live, grow, sub_off, col, smem_off = geo[jj]
                 mine = grow < rows_end

@@ -70,8 +70,7 @@ class Sm90FusedKernel(CommWarps):
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 push_all: int = 0, pdl: int = 0, prefetch: int = 0, pull: int = 0,
-                 trace: int = 0) -> None:
+                 push_all: int = 0, pdl: int = 0, prefetch: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -92,8 +91,6 @@ class Sm90FusedKernel(CommWarps):
         and lets the next PDL launch do the same once every CTA of this one is running.
         ``prefetch``: reductions and AR's copy-out load one sub-tile ahead (``CommWarps``;
         world 2 over unicast, elsewhere it changes nothing).
-        ``pull``: partials stay in the workspace of the rank that computed them and their
-        owners read them over NVLink (``CommWarps.pull``; unicast, fused modes).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -112,9 +109,6 @@ class Sm90FusedKernel(CommWarps):
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
         self.prefetch = bool(prefetch)
-        self.pull = bool(pull)
-        if self.pull and (transport != "unicast" or mode == "gemm"):
-            raise ValueError("pull is a unicast transport of the fused modes (rs, ar)")
         if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
                               or not self.tma_push or self.peers_first or world != 2):
             raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "

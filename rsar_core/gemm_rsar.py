@@ -116,9 +116,6 @@ class GemmRsAr:
         # (``Sm90FusedKernel`` ``prefetch``); None: on. RS 1.0%, AR 1.4% faster on the
         # geomean of a same-run sweep, up to 5.5% at K=1024, M=8192 (docs/PERF.md (j))
         self.force_prefetch: bool | None = None
-        # sm90 over unicast: True has owners read the partials from the ranks that computed
-        # them (``CommWarps.pull``) instead of those ranks pushing them; None / False: push
-        self.force_pull: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -227,12 +224,10 @@ class GemmRsAr:
         pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
         prefetch = (default_prefetch(self.arch, self.world, self.transport, mode)
                     if self.force_prefetch is not False else 0)
-        pull = int(bool(self.force_pull) and self.arch == "sm_90a"
-                   and self.transport == "unicast" and mode != "gemm")
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch, pull)
+               self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -243,7 +238,7 @@ class GemmRsAr:
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                                    stages=stages, push_all=int(plan.push_all),
-                                   pdl=pdl, prefetch=prefetch, pull=pull,
+                                   pdl=pdl, prefetch=prefetch,
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -281,8 +281,6 @@ class Bench:
             # reductions loading every sub-tile on its own (the default loads one ahead)
             for m in ("rs", "ar"):
                 cols[f"{m}_nopre"] = (_with(ops[m], ops[m], force_prefetch=False), sets)
-                # owners read the partials from the rank that computed them (no pushes)
-                cols[f"{m}_pull"] = (_with(ops[m], ops[m], force_pull=True), sets)
             # the default plans without programmatic dependent launch (on by default, sm90)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,

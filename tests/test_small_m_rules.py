@@ -60,7 +60,6 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.push = gemm_rsar.default_push(arch, transport, mode)
     op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
     op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
-    op.force_pull = None
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
     op._plans = {}
@@ -124,21 +123,3 @@ def test_op_push_all_never_for_rs_or_multicast(variants):
     sm100 = _op("ar", arch="sm_100a")
     assert not sm100._plan_and_kernel(128, 1024, "ar")[0].push_all
     assert variants[-1].pdl == 0
-
-
-def test_op_pulls_only_when_asked_and_where_it_can(variants):
-    """``force_pull``: off by default; on, every fused sm90 unicast kernel, never the GEMM
-    alone or multicast."""
-    for mode in ("rs", "ar"):
-        op = _op(mode)
-        op._plan_and_kernel(1024, 4096, mode)
-        assert variants[-1].pull == 0
-        op.force_pull = True
-        op._plan_and_kernel(1024, 4096, mode)
-        assert variants[-1].pull == 1
-        op._plan_and_kernel(1024, 4096, "gemm")
-        assert variants[-1].pull == 0
-    op = _op("ar", transport="multicast")
-    op.force_pull = True
-    op._plan_and_kernel(1024, 1024, "ar")
-    assert variants[-1].pull == 0

@@ -291,43 +291,6 @@ def test_prefetch_correct(comm, M, K, ar, order):
         op.push = default_push
 
 
-@pytest.mark.parametrize("order", ["default", "pf", "pflsu", "all"])
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("K", [64, 4096])
-@pytest.mark.parametrize("M", [1, 129, 1000, 4096])
-def test_pull_correct(comm, M, K, ar, order):
-    """Owners reading partials from the rank that computed them (``force_pull``): the
-    default plans, 1-CTA peers-first plans with bulk-copy or thread-store writes, and
-    push-all AR (M <= 1024); RS at M=129 and 1000 has tiles shared by two owners."""
-    if order == "all" and (not ar or M > 1024):
-        pytest.skip("push-all plans are AR plans up to M=1024")
-    op = get_op(comm, 7168, ar)
-    default_push = op.push
-    op.force_pull = True
-    if order == "all":
-        op.force_push_all = True
-    elif order != "default":
-        op.force_cta_group, op.force_peers_first = 1, True
-        op.push = "lsu" if order == "pflsu" else default_push
-    try:
-        check(op, seed=M * 17 + K + int(ar), M=M, K=K)
-    finally:
-        op.force_pull = op.force_cta_group = op.force_peers_first = op.force_push_all = None
-        op.push = default_push
-
-
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-def test_pull_back_to_back_bitwise(comm, ar):
-    """300 queued calls of random M, pulled and pushed partials mixed (the same receive
-    regions change hands between launches): the same inputs give the same result bit for
-    bit, since only where the partials are read from changes."""
-    op = get_op(comm, 7168, ar)
-    pairs = _mixed_pairs(op, "force_pull", 300, MAX_M, 256, 91 + int(ar), 0.5, 0.1)
-    for step, M, a, b in pairs:
-        assert torch.equal(a, b), f"step {step} M={M}: pulled and pushed partials differ"
-    check(op, seed=9, M=1000, K=128)
-
-
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 def test_prefetch_back_to_back_bitwise(comm, ar):
     """300 queued calls of random M, with and without the sub-tile-ahead loads mixed: the
