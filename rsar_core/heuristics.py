@@ -1,10 +1,11 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), 2026-11-30 (i) (push-all AR at small M, programmatic dependent launch;
-each column's calls timed in interleaved blocks), the lowest over N in {7168, 8192}, so a
-point runs fused only if it won at every measured N (docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
-docs/perf/grid-2026-11-30i.json). A shape's speedup is interpolated bilinearly in (log2 M,
+2x H200 (NV18), 2026-11-30 (k) (reductions loading a sub-tile ahead, push-all AR at small
+M, programmatic dependent launch; each column's calls timed in interleaved blocks), the
+lowest over N in {7168, 8192}, so a point runs fused only if it won at every measured N
+(docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
+docs/perf/grid-2026-11-30k.json). A shape's speedup is interpolated bilinearly in (log2 M,
 log2 K) between the measured points around it (clamped to the measured range), and it runs
 fused only when that beats the run-to-run noise (3%). Other world sizes use this world-2
 table until they are measured. Re-measure and update the table when the kernel or the
@@ -16,15 +17,15 @@ import math
 
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
-    (128, 1024): (1.31, 1.71), (256, 1024): (1.45, 1.44), (512, 1024): (1.45, 1.4),
-    (1024, 1024): (1.42, 1.35), (2048, 1024): (1.59, 1.36), (4096, 1024): (1.78, 1.4),
-    (8192, 1024): (1.78, 1.37), (16384, 1024): (1.81, 1.35),
-    (128, 4096): (1.21, 1.56), (256, 4096): (1.23, 1.35), (512, 4096): (1.18, 1.32),
-    (1024, 4096): (1.19, 1.26), (2048, 4096): (1.26, 1.31), (4096, 4096): (1.33, 1.4),
-    (8192, 4096): (1.32, 1.38), (16384, 4096): (1.34, 1.41),
-    (128, 9216): (1.13, 1.39), (256, 9216): (1.07, 1.2), (512, 9216): (1.05, 1.14),
-    (1024, 9216): (1.12, 1.16), (2048, 9216): (1.12, 1.15), (4096, 9216): (1.15, 1.19),
-    (8192, 9216): (1.05, 1.12), (16384, 9216): (1.04, 1.17),
+    (128, 1024): (1.3, 1.67), (256, 1024): (1.45, 1.45), (512, 1024): (1.45, 1.41),
+    (1024, 1024): (1.43, 1.37), (2048, 1024): (1.62, 1.39), (4096, 1024): (1.84, 1.47),
+    (8192, 1024): (1.9, 1.45), (16384, 1024): (1.95, 1.43),
+    (128, 4096): (1.2, 1.55), (256, 4096): (1.22, 1.33), (512, 4096): (1.18, 1.34),
+    (1024, 4096): (1.2, 1.29), (2048, 4096): (1.26, 1.33), (4096, 4096): (1.31, 1.42),
+    (8192, 4096): (1.32, 1.39), (16384, 4096): (1.35, 1.41),
+    (128, 9216): (1.13, 1.38), (256, 9216): (1.07, 1.2), (512, 9216): (1.05, 1.14),
+    (1024, 9216): (1.11, 1.15), (2048, 9216): (1.12, 1.17), (4096, 9216): (1.14, 1.2),
+    (8192, 9216): (1.08, 1.18), (16384, 9216): (1.05, 1.19),
 }
 MIN_SPEEDUP = 1.03  # above the ~3% run-to-run spread of the benchmark
 
