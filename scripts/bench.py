@@ -237,6 +237,7 @@ class Bench:
                                                   force_band=band), sets)
             for m in ("rs", "ar"):  # 2x1 clusters with the lag round (pair-aligned owners only)
                 cols[f"{m}_c2l1"] = (_forced(ops[m], 2, 1, ops[m], push=ops[m].push), sets)
+                cols[f"{m}_c2l0"] = (_forced(ops[m], 2, 0, ops[m], push=ops[m].push), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
