@@ -18,7 +18,7 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "trace")
+          "early_copy", "trace")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Variant:
     push_all: int = 0  # 1: the push-all AR plan (plans with push_all)
     pdl: int = 0  # 1: programmatic dependent launch (Sm90FusedKernel)
     prefetch: int = 0  # 1: reductions load one sub-tile ahead (Sm90FusedKernel)
+    early_copy: int = 0  # 1: AR copies each pushed tile's result back early (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:
@@ -71,6 +72,15 @@ def default_prefetch(arch: str, world: int, transport: str, mode: str) -> int:
     """1 where a kernel's reductions load one sub-tile ahead by default (``CommWarps``
     ``prefetch``): sm90 fused kernels at world 2 over unicast (docs/PERF.md (j))."""
     return int(arch == "sm_90a" and world == 2 and transport == "unicast" and mode != "gemm")
+
+
+def default_early_copy(arch: str, transport: str, plan: Any) -> int:
+    """1 where AR copies its results back during the rounds (``Sm90FusedKernel``
+    ``early_copy``): sm90 owner plans over unicast with the lag round. Same run on 2x H200
+    (docs/PERF.md (l), M 1024-16384): geomean 1.022x, 4-11% faster at K=1024 from M=4096,
+    none slower beyond the noise."""
+    return int(arch == "sm_90a" and transport == "unicast" and plan.mode == "ar"
+               and not plan.push_all and plan.lag == 1)
 
 
 def push_for(push: str, mode: str) -> str:

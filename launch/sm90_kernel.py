@@ -70,7 +70,8 @@ class Sm90FusedKernel(CommWarps):
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 push_all: int = 0, pdl: int = 0, prefetch: int = 0, trace: int = 0) -> None:
+                 push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
+                 trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -91,6 +92,9 @@ class Sm90FusedKernel(CommWarps):
         and lets the next PDL launch do the same once every CTA of this one is running.
         ``prefetch``: reductions and AR's copy-out load one sub-tile ahead (``CommWarps``;
         world 2 over unicast, elsewhere it changes nothing).
+        ``early_copy``: AR owner plans over unicast copy each pushed tile's result into the
+        output a round or two after the push, while later pushes are in flight, instead of
+        copying every result after the last tile (``CommWarps``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -109,6 +113,7 @@ class Sm90FusedKernel(CommWarps):
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
         self.prefetch = bool(prefetch)
+        self.early_copy = bool(early_copy)
         if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
                               or not self.tma_push or self.peers_first or world != 2):
             raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from launch.cache import CACHE, Variant, auto_push_all, default_prefetch, default_push, push_for
+from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
+                          default_push, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -116,6 +117,11 @@ class GemmRsAr:
         # (``Sm90FusedKernel`` ``prefetch``); None: on. RS 1.0%, AR 1.4% faster on the
         # geomean of a same-run sweep, up to 5.5% at K=1024, M=8192 (docs/PERF.md (j))
         self.force_prefetch: bool | None = None
+        # sm90 AR owner plans over unicast with the lag round: copy the result of each tile
+        # pushed two rounds back into the output while this round's copies are in flight
+        # (``Sm90FusedKernel`` ``early_copy``); None: on. AR 4-11% faster at K=1024 from
+        # M=4096 (docs/PERF.md (l)); False copies every result after the last round
+        self.force_early_copy: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -227,7 +233,8 @@ class GemmRsAr:
         stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch)
+               self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
+               self.force_early_copy)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -239,6 +246,7 @@ class GemmRsAr:
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                                    stages=stages, push_all=int(plan.push_all),
                                    pdl=pdl, prefetch=prefetch,
+                                   early_copy=self._early_copy(plan),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
@@ -249,6 +257,12 @@ class GemmRsAr:
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
+
+    def _early_copy(self, plan: TilePlan) -> int:
+        """``launch.cache.default_early_copy``, unless forced off."""
+        if self.force_early_copy is False:
+            return 0
+        return default_early_copy(self.arch or "", self.transport, plan)
 
     def _require_kernel(self) -> None:
         if self.arch not in KERNEL_ARCHS:

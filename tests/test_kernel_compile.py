@@ -56,6 +56,11 @@ VARIANTS = [
     Variant("sm_90a", 224, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1),
     Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1),
     Variant("sm_90a", 224, 2, "ar", "unicast", push="lsu", peers_first=1, pdl=1, prefetch=1),
+    # AR copying each pushed tile's result back a round or two after the push
+    Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", pdl=1, prefetch=1, early_copy=1),
+    Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
+            early_copy=1),
+    Variant("sm_90a", 128, 4, "ar", "unicast", push="lsu", peers_first=1, early_copy=1),
     # AR's default at one tile row over NVLink multicast, with PDL as launched by default
     # (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),

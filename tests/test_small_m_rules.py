@@ -62,6 +62,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
+    op.force_early_copy = None
     op._plans = {}
     return op
 

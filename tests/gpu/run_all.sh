@@ -14,6 +14,7 @@ run() {  # name limit command...
   echo "$name rc=$? :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup' "$out/$name.log" | tail -1)"
 }
 [ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n 2 $P tests/gpu/test_fused_gpu.py
+run early_copy 90 mpirun -n 2 $P tests/gpu/test_early_copy_gpu.py
 run embedding 150 mpirun -n 2 $P tests/gpu/test_embedding_gpu.py
 run torch_op 120 mpirun -n 2 $P tests/gpu/test_torch_op_gpu.py
 run symmetric 60 mpirun -n 2 $P tests/gpu/test_symmetric_gpu.py
