@@ -710,3 +710,28 @@ def test_receive_regions_hold_push_all_slots():
             p = make_plan(M, N, K, 2, 132, "ar", push_all=True)
             for max_M in (M, 1024, 8192):
                 assert p.num_tiles * p.tile_bytes <= WorkspaceLayout.build(max_M, N, 2).recv_region_bytes
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("cta_group", [1, 2])
+def test_early_copies_cover_every_result_once_and_wait_on_earlier_rounds(world, cta_group):
+    """AR with the lag round copies results back early (``CommWarps._copy_back_round``): the
+    CTA that computed tile t in round r copies t's result in round r + 2 (or after its last
+    round) when another rank owns t. Those copies take every tile other ranks own exactly
+    once, and each waits on an owner that reduced t before round r + 2: the owner's round is
+    r + lag = r + 1, whose waits are on pushes of round r, stamped before the copier gets
+    to round r + 2."""
+    for M, K in [(2048, 1024), (4096, 1024), (8191, 4096), (16384, 9216)]:
+        p = make_plan(M, 7168, K, world, 132, "ar", cta_group=cta_group, lag=1)
+        assert p.lag == 1
+        rounds = [_rounds_by_tile(p, r) for r in range(world)]
+        for rank in range(world):
+            copied = []
+            for c in range(p.grid):
+                for r in range(p.rounds):
+                    t = p.scheduled(rank, c, r)
+                    if t >= 0 and p.tile_owner(t) != rank:
+                        copied.append(t)
+                        owner = p.tile_owner(t)
+                        assert rounds[owner][t] == r + p.lag < r + 2
+            assert sorted(copied) == [t for t in range(p.num_tiles) if p.tile_owner(t) != rank]
