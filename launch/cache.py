@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .plan import BLACKWELL
+from .plan import BLACKWELL, TilePlan
 
 log = logging.getLogger("rsar.launch")
 
@@ -74,7 +74,7 @@ def default_prefetch(arch: str, world: int, transport: str, mode: str) -> int:
     return int(arch == "sm_90a" and world == 2 and transport == "unicast" and mode != "gemm")
 
 
-def default_early_copy(arch: str, transport: str, plan: Any) -> int:
+def default_early_copy(arch: str, transport: str, plan: TilePlan) -> int:
     """1 where AR copies its results back during the rounds (``Sm90FusedKernel``
     ``early_copy``): sm90 owner plans over unicast with the lag round. Same run on 2x H200
     (docs/PERF.md (l), M 1024-16384): geomean 1.022x, 4-11% faster at K=1024 from M=4096,

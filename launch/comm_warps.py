@@ -61,9 +61,10 @@ class CommWarps:
     # before is summed (a trace showed a 57 KB own tile taking ~10 us to reduce after the
     # GEMM ended: seven L2 round trips in a row, one per sub-tile)
     prefetch = False
-    # True (AR over unicast, owner plans): a CTA copies the result of each tile it pushed into
-    # the caller's output a few rounds later, while its next pushes are in flight, instead of
-    # every CTA copying its share of all results after its last tile (``_copy_back_round``)
+    # True (AR over unicast, owner plans): with the lag round a CTA copies the result of each
+    # tile it pushed into the caller's output two rounds later, while its next pushes are in
+    # flight, instead of every CTA copying its share of all results after its last tile
+    # (``_copy_back_round``)
     early_copy = False
 
     @property
@@ -238,11 +239,16 @@ class CommWarps:
             o_lo = Int32(0)
             o_hi = Int32(self.world - 1)
         elif cutlass.const_expr(self.mode == "ar"):
-            o_lo = t * Int32(self.world) // num_tiles
+            o_lo = self._ar_owner(t, num_tiles)
             o_hi = o_lo
             if o_lo != rank:
                 cls = Int32(_FOREIGN)
         return cls, o_lo, o_hi
+
+    @cute.jit
+    def _ar_owner(self, t, num_tiles):
+        """The rank that reduces AR tile t (``TilePlan.tile_owner``)."""
+        return t * Int32(self.world) // num_tiles
 
     @cute.jit
     def _slot(self, owner, t, tm, tn, tiles_n, local_M, num_tiles):
@@ -695,7 +701,7 @@ class CommWarps:
         """Tiles other ranks own arrive reduced in OUT; copy them to the caller's output."""
         j_tile = cta
         while j_tile < num_tiles:
-            owner = j_tile * Int32(self.world) // num_tiles
+            owner = self._ar_owner(j_tile, num_tiles)
             if owner != rank:
                 self._copy_result(ctid, cta, j_tile, owner, tiles_n, rank, epoch, M, N, ws,
                                   out_addr, result_off, out_off, timeout_ns, err_addr)
@@ -732,7 +738,7 @@ class CommWarps:
         here, so these copies cover them all."""
         t = self._scheduled(rank, cta, src, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
         if t >= Int32(0):
-            owner = t * Int32(self.world) // num_tiles
+            owner = self._ar_owner(t, num_tiles)
             if owner != rank:
                 self._copy_result(ctid, cta, t, owner, tiles_n, rank, epoch, M, N, ws, out_addr,
                                   result_off, out_off, timeout_ns, err_addr)

@@ -92,9 +92,9 @@ class Sm90FusedKernel(CommWarps):
         and lets the next PDL launch do the same once every CTA of this one is running.
         ``prefetch``: reductions and AR's copy-out load one sub-tile ahead (``CommWarps``;
         world 2 over unicast, elsewhere it changes nothing).
-        ``early_copy``: AR owner plans over unicast copy each pushed tile's result into the
-        output a round or two after the push, while later pushes are in flight, instead of
-        copying every result after the last tile (``CommWarps``).
+        ``early_copy``: AR owner plans over unicast with the lag round copy each pushed tile's
+        result into the output two rounds after the push, while later pushes are in flight,
+        instead of copying every result after the last tile (``CommWarps``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")

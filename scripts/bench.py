@@ -279,7 +279,7 @@ class Bench:
                                                  peers_first=True, pair_n=True), sets)
                     cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
                                                    peers_first=True, bn=64, pair_n=True), sets)
-            # AR copying each pushed tile's result back a round or two after the push
+            # AR copying each pushed tile's result back two rounds after the push (lag-round plans)
             cols["ar_early"] = (_with(ops["ar"], ops["ar"], force_early_copy=True), sets)
             # reductions loading every sub-tile on its own (the default loads one ahead)
             for m in ("rs", "ar"):

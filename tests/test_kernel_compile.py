@@ -56,7 +56,7 @@ VARIANTS = [
     Variant("sm_90a", 224, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1),
     Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1),
     Variant("sm_90a", 224, 2, "ar", "unicast", push="lsu", peers_first=1, pdl=1, prefetch=1),
-    # AR copying each pushed tile's result back a round or two after the push
+    # AR copying each pushed tile's result back two rounds after the push (lag-round plans)
     Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", pdl=1, prefetch=1, early_copy=1),
     Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
             early_copy=1),
