@@ -47,3 +47,11 @@ def comm():
     c = MPI.COMM_WORLD
     torch.cuda.set_device(c.Get_rank() % torch.cuda.device_count())
     return c
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_ops():
+    """Each module's shared ops (``gpu_ops.get_op``) are closed before the next module runs."""
+    yield
+    from gpu_ops import close_ops
+    close_ops()

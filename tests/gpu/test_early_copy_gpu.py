@@ -8,26 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rsar_core import GemmRsAr
 from rsar_core.reference import rank_inputs
 
+from gpu_ops import get_op
 from test_fused_gpu import check
-
-_OPS: dict = {}
-
-
-def get_op(comm, N: int) -> GemmRsAr:
-    if N not in _OPS:
-        _OPS[N] = GemmRsAr(max_M=8192, N=N, all_reduce=True, comm=comm)
-    return _OPS[N]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_ops():
-    yield
-    for op in _OPS.values():
-        op.close()
-    _OPS.clear()
 
 
 PLANS = {
@@ -46,7 +30,7 @@ PLANS = {
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [129, 1000, 2048, 4096, 8191])
 def test_early_copy_matches_late_bitwise(comm, M, K, N, plan):
-    op = get_op(comm, N)
+    op = get_op(comm, N, True)
     knobs = PLANS[plan]
     before = {k: getattr(op, k) for k in knobs}
     for k, v in knobs.items():

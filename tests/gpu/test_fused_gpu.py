@@ -12,24 +12,9 @@ import torch
 from rsar_core import GemmRsAr, RsarTimeoutError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
-MAX_M = 8192
+from gpu_ops import MAX_M, get_op
+
 TOL = 1e-2
-_OPS: dict = {}
-
-
-def get_op(comm, N: int, ar: bool) -> GemmRsAr:
-    key = (N, ar)
-    if key not in _OPS:
-        _OPS[key] = GemmRsAr(max_M=MAX_M, N=N, all_reduce=ar, comm=comm)
-    return _OPS[key]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_ops():
-    yield
-    for op in _OPS.values():
-        op.close()
-    _OPS.clear()
 
 
 def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
