@@ -261,6 +261,8 @@ class Bench:
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)
+                cols[f"{m}_pf128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                              peers_first=True, bn=128), sets)
                 for bn in (128, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
