@@ -358,25 +358,30 @@ class CommWarps:
                                               tiles_n, local_M, rank, epoch, M, N, ws,
                                               out_addr, result_off, out_off, timeout_ns,
                                               err_addr)
+                    # An RS tile only this rank owns went straight to the output: no stamp
+                    # follows it, so no system fence either (the exit's fence covers its stores).
+                    signals = True
+                    if cutlass.const_expr(self.mode == "rs" and not self.multicast):
+                        signals = cls != Int32(_OWN)
                     if ctid == 0:
-                        if cutlass.const_expr(self.tma_push):
-                            # the bulk copies this thread issued have landed
-                            ptx.bulk_wait_all()
-                            ptx.fence_proxy_async_global()
-                            self._mark(ws, cta, trace.FIRST_LANDED, first)
-                        ptx.fence_sys()
-                        self._mark(ws, cta, trace.FIRST_FENCED, first)
-                        for o in range(o_lo, o_hi + Int32(1)):
-                            if cutlass.const_expr(self.multicast):
-                                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                              + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
-                            else:
-                                if o != rank:
-                                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + arrive_off
-                                                  + Int64(t * Int32(self.world) + rank) * Int64(4), stamp)
-                        if cutlass.const_expr(self.mode == "ar" and not self.multicast):
-                            if direct:
-                                self._stamp_results(t, peer_tab, result_off, stamp, rank)
+                        if signals:
+                            if cutlass.const_expr(self.tma_push):
+                                # the bulk copies this thread issued have landed
+                                ptx.bulk_wait_all()
+                                ptx.fence_proxy_async_global()
+                                self._mark(ws, cta, trace.FIRST_LANDED, first)
+                            ptx.fence_sys()
+                            self._mark(ws, cta, trace.FIRST_FENCED, first)
+                            word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                            for o in range(o_lo, o_hi + Int32(1)):
+                                if cutlass.const_expr(self.multicast):
+                                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
+                                else:
+                                    if o != rank:
+                                        ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
+                            if cutlass.const_expr(self.mode == "ar" and not self.multicast):
+                                if direct:
+                                    self._stamp_results(t, peer_tab, result_off, stamp, rank)
                         self._mark(ws, cta, trace.FIRST_STAMPED, first)
                         self._mark(ws, cta, trace.LAST_STAMPED)
                         if cutlass.const_expr(self.trace):

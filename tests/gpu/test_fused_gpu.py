@@ -183,7 +183,8 @@ def test_push_all_ar(comm, M, N, K, bn):
         op.force_push_all, op.force_bn = None, None
 
 
-@pytest.mark.parametrize("M,K", [(1, 1024), (128, 1024), (128, 9216), (200, 4096), (256, 1024)])
+@pytest.mark.parametrize("M,K", [(1, 1024), (128, 1024), (128, 9216), (200, 4096), (256, 1024),
+                                 (256, 2048)])
 def test_default_small_m_plans(comm, M, K):
     """The small-M defaults (``choose_push_all``, ``choose_gemm_width``): push-all AR where
     the rule picks it at world 2 over unicast, 64-wide tiles for the GEMM alone at one tile
