@@ -530,9 +530,49 @@ class CommWarps:
                     from_smem: cutlass.Constexpr, pre=None):
         """Own partial (smem sub-tile, or the parked copy at own_slot_addr + (world-1) regions)
         plus every peer's partial (receive regions 0..world-2 at own_slot_addr), to the output.
-        ``pre``: the peer's chunks of this sub-tile (``_sub_loads``, world 2), loaded earlier."""
+        ``pre``: the peer's chunks of this sub-tile (``_sub_loads``, world 2), loaded earlier.
+        A sub-tile whose rows are all this rank's (every full tile an owner reduces; bulk-copy
+        pushes) runs its chunks as straight-line code: with a branch around each chunk, each chunk's loads
+        were waited for before the next chunk began (0.75 us per 8 KB sub-tile, PERF.md (m))."""
         # AR results leave as bulk copies from the slot (direct path only: the slot holds them)
         bulk = self.bulk_results and self.mode == "ar" and not self.multicast and from_smem
+        # Bulk-copy pushes only: with thread-store pushes ptxas serialized the MMA warps'
+        # wgmma (C7520) once the straight-line copy was in. AR owns whole tiles, RS rows.
+        whole = False
+        if cutlass.const_expr(self.tma_push):
+            whole = m0 + Int32(BM) <= rows_end
+            if cutlass.const_expr(self.mode == "rs"):
+                whole = whole & (m0 // local_M == rank) & ((m0 + Int32(BM - 1)) // local_M == rank)
+        if whole:
+            self._reduce_chunks(ctid, e, own_smem, own_slot_addr, region_bytes, m0, tn, rows_end,
+                                t, out_addr, N, rank, local_M, peer_tab, out_off, from_smem, bulk,
+                                True, pre)
+        else:
+            self._reduce_chunks(ctid, e, own_smem, own_slot_addr, region_bytes, m0, tn, rows_end,
+                                t, out_addr, N, rank, local_M, peer_tab, out_off, from_smem, bulk,
+                                False, pre)
+        if cutlass.const_expr(bulk):
+            # the reduced sub-tile, now in the slot, to every peer's OUT in one copy each
+            cute.arch.fence_proxy("async.shared", space="cta")
+            self.comm_bar.arrive_and_wait()
+            if ctid == 0:
+                rows = cutlass.min(Int32(BM), rows_end - m0)
+                tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + Int64(e * _SUB_BYTES)
+                for p in cutlass.range_constexpr(self.world):
+                    if Int32(p) != rank:
+                        ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
+                                     rows * Int32(64))
+                ptx.bulk_commit()
+                if cutlass.const_expr(not self.defer_release):
+                    ptx.bulk_wait_read_all()
+
+    @cute.jit
+    def _reduce_chunks(self, ctid, e: cutlass.Constexpr, own_smem, own_slot_addr, region_bytes, m0,
+                       tn, rows_end, t, out_addr, N, rank, local_M, peer_tab, out_off,
+                       from_smem: cutlass.Constexpr, bulk: cutlass.Constexpr,
+                       whole: cutlass.Constexpr, pre=None):
+        """``_reduce_sub``'s chunks; ``whole``: every row is this rank's, so only the last,
+        partly populated chunk round needs a condition."""
         batch = max(1, 8 // max(1, self.world - 1))
         if cutlass.const_expr(pre is not None):
             batch = 1  # the peer's chunks are in registers: sum each as its own chunk is read
@@ -558,9 +598,11 @@ class CommWarps:
                         peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
             for jj in cutlass.range_constexpr(len(geo)):
                 live, grow, sub_off, col, smem_off = geo[jj]
-                mine = grow < rows_end
-                if cutlass.const_expr(self.mode == "rs"):
-                    mine = mine & (grow // local_M == rank)
+                mine = True  # every row of a whole sub-tile is this rank's
+                if cutlass.const_expr(not whole):
+                    mine = grow < rows_end
+                    if cutlass.const_expr(self.mode == "rs"):
+                        mine = mine & (grow // local_M == rank)
                 if live & mine:
                     r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
                     self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
@@ -568,20 +610,6 @@ class CommWarps:
                                        not bulk and not self.push_all)
                     if cutlass.const_expr(bulk):
                         ptx.st_shared_v4(own_smem + smem_off, r[0], r[1], r[2], r[3])
-        if cutlass.const_expr(bulk):
-            # the reduced sub-tile, now in the slot, to every peer's OUT in one copy each
-            cute.arch.fence_proxy("async.shared", space="cta")
-            self.comm_bar.arrive_and_wait()
-            if ctid == 0:
-                rows = cutlass.min(Int32(BM), rows_end - m0)
-                tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + Int64(e * _SUB_BYTES)
-                for p in cutlass.range_constexpr(self.world):
-                    if Int32(p) != rank:
-                        ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
-                                     rows * Int32(64))
-                ptx.bulk_commit()
-                if cutlass.const_expr(not self.defer_release):
-                    ptx.bulk_wait_read_all()
 
     def _prefetching(self) -> bool:
         """Whether reductions load one sub-tile ahead (``prefetch``; world 2 over unicast,
@@ -603,7 +631,13 @@ class CommWarps:
     @cute.jit
     def _ld_if(self, pred, addr, shared: cutlass.Constexpr):
         """16-byte load, skipped (zeros) where pred is false: the last chunk round of a
-        sub-tile is only partly populated, and reading past it would leave the buffer."""
+        sub-tile is only partly populated, and reading past it would leave the buffer. Where
+        ``pred`` is a Python True the load is unconditional, so straight-line callers
+        (``_reduce_chunks``) get no branch."""
+        if cutlass.const_expr(isinstance(pred, bool) and pred):
+            if cutlass.const_expr(shared):
+                return ptx.ld_shared_v4(addr)
+            return ptx.ld_v4_cg(addr)
         r0 = Int32(0)
         r1 = Int32(0)
         r2 = Int32(0)

@@ -159,13 +159,15 @@ def test_push_all_refuses_what_it_cannot_combine():
 
 
 def test_prefetch_moves_loads_and_adds_none(ptx_of):
-    """Loading a sub-tile ahead reorders a reduction's global loads: the kernel issues the
-    same number of them as without it."""
+    """Loading a sub-tile ahead reorders a reduction's global loads: the kernel issues no
+    more of them than without it (fewer: the direct reduction is compiled twice, the
+    straight-line copy for whole sub-tiles loading the peer's chunks itself when not
+    prefetching)."""
     for mode, push in (("rs", "tma"), ("ar", "tma_all")):
         plain = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push, pdl=1))
         ahead = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push, pdl=1, prefetch=1))
         assert plain != ahead
-        assert ahead.count("ld.global.cg.v4") == plain.count("ld.global.cg.v4") > 0
+        assert 0 < ahead.count("ld.global.cg.v4") <= plain.count("ld.global.cg.v4")
 
 
 def test_pdl_waits_before_any_global_access(ptx_of):
