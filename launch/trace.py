@@ -36,6 +36,7 @@ EXIT = 15          # CTA's exit bookkeeping done (last CTA: peers told)
 MMA_LAST_DONE = 16  # MMA warps: last tile's sub-tiles all in the ring
 FIRST_LANDED = 17  # communication: first pushed tile's bulk copies complete (written at peers)
 FIRST_FENCED = 18  # communication: ... and the system-scope fence before its stamps passed
+#                   (absent where an RS first tile is own-only: it takes no fence)
 TILE_DONE = 19     # slots 19..33: communication done with the CTA's i-th tile (pushed and
 TILE_SLOTS = layout.TRACE_EVENTS - TILE_DONE  # stamped, or reduced), its first 15 tiles
 
