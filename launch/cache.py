@@ -18,7 +18,7 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "early_copy", "trace")
+          "early_copy", "push_window", "trace")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Variant:
     pdl: int = 0  # 1: programmatic dependent launch (Sm90FusedKernel)
     prefetch: int = 0  # 1: reductions load one sub-tile ahead (Sm90FusedKernel)
     early_copy: int = 0  # 1: AR copies each pushed tile's result back early (Sm90FusedKernel)
+    push_window: int = 0  # n > 0: at most n sub-tile push groups in flight (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:
@@ -81,6 +82,19 @@ def default_early_copy(arch: str, transport: str, plan: TilePlan) -> int:
     none slower beyond the noise."""
     return int(arch == "sm_90a" and transport == "unicast" and plan.mode == "ar"
                and not plan.push_all and plan.lag == 1)
+
+
+def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) -> int:
+    """1 where a CTA keeps one sub-tile's bulk copies in flight at a time (``CommWarps``
+    ``push_window``): sm90 unicast AR owner plans and RS peers-first plans. Same run on
+    2x H200 (docs/PERF.md (n)): AR 1.6-2.3% faster at M 1024-4096, none slower; RS 7%
+    faster at M=1024, K=1024 (peers-first), but 3-8% slower at K=1024 from M=2048
+    (many rounds, link-bound), so RS's other plans keep all of a tile's copies in flight."""
+    if arch != "sm_90a" or transport != "unicast" or push == "lsu":
+        return 0
+    if plan.mode == "ar":
+        return int(not plan.push_all)
+    return int(plan.mode == "rs" and plan.peers_first)
 
 
 def push_for(push: str, mode: str) -> str:

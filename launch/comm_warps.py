@@ -66,6 +66,13 @@ class CommWarps:
     # flight, instead of every CTA copying its share of all results after its last tile
     # (``_copy_back_round``)
     early_copy = False
+    # > 0 (bulk-copy pushes): after each sub-tile's copies, wait until at most this many of
+    # the CTA's copy groups are still in flight. The TMA unit issues the mainloop's loads
+    # behind the pushes queued on it, so a CTA with a whole tile of pushes in flight starves
+    # its next GEMM; one group at a time sped up AR at M 1024-4096 by 1.6-2.3% and
+    # RS's peers-first plans by up to 7% (docs/PERF.md (n)), but slowed RS at K=1024 from
+    # M=2048 by 3-8%, where the link needs every CTA's copies in flight.
+    push_window = 0
 
     @property
     def copies_early(self) -> bool:
@@ -499,7 +506,9 @@ class CommWarps:
                 self._bulk_rows(e, owner, Int32(0), rows, slot_smem, t, tm, tn, rank, local_M,
                                 tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
             ptx.bulk_commit()
-            if cutlass.const_expr(not self.defer_release):
+            if cutlass.const_expr(self.push_window > 0):
+                ptx.bulk_wait_pending(self.push_window - 1)
+            elif cutlass.const_expr(not self.defer_release):
                 ptx.bulk_wait_read_all()
 
     @cute.jit

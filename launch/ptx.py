@@ -229,6 +229,12 @@ def bulk_wait_all(*, loc=None, ip=None) -> None:
 
 
 @dsl_user_op
+def bulk_wait_pending(n: int, *, loc=None, ip=None) -> None:
+    """At most ``n`` of this thread's committed bulk groups are still incomplete."""
+    _asm(None, [], f"cp.async.bulk.wait_group {int(n)};", "~{memory}", loc, ip)
+
+
+@dsl_user_op
 def fence_proxy_async_global(*, loc=None, ip=None) -> None:
     """Orders the async proxy's (bulk copies') global writes with this thread's later
     generic-proxy operations - the release of the arrival stamp."""

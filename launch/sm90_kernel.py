@@ -71,7 +71,7 @@ class Sm90FusedKernel(CommWarps):
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
-                 trace: int = 0) -> None:
+                 push_window: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -95,6 +95,8 @@ class Sm90FusedKernel(CommWarps):
         ``early_copy``: AR owner plans over unicast with the lag round copy each pushed tile's
         result into the output two rounds after the push, while later pushes are in flight,
         instead of copying every result after the last tile (``CommWarps``).
+        ``push_window`` (bulk-copy pushes): at most this many of a CTA's sub-tile copy groups
+        in flight after each push (0: a tile's copies all at once; ``CommWarps``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -114,6 +116,10 @@ class Sm90FusedKernel(CommWarps):
         self.pdl = bool(pdl)
         self.prefetch = bool(prefetch)
         self.early_copy = bool(early_copy)
+        if push_window < 0 or (push_window and not self.tma_push):
+            raise ValueError(f"push_window {push_window}: a count of bulk-copy groups, for "
+                             "push tma or tma_all")
+        self.push_window = int(push_window)
         if self.push_all and (mode != "ar" or transport != "unicast" or cta_group != 1
                               or not self.tma_push or self.peers_first or world != 2):
             raise ValueError("push-all is a world-2 AR plan over unicast on 1-CTA tiles with "

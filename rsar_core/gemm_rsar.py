@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
+                          default_push_window,
                           default_push, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
@@ -122,6 +123,10 @@ class GemmRsAr:
         # (``Sm90FusedKernel`` ``early_copy``); None: on. AR 4-11% faster at K=1024 from
         # M=4096 (docs/PERF.md (l)); False copies every result after the last round
         self.force_early_copy: bool | None = None
+        # sm90 over unicast, bulk-copy pushes: a CTA keeps one sub-tile's copies in flight at
+        # a time (``Sm90FusedKernel`` ``push_window``); None: the rule of
+        # ``launch.cache.default_push_window`` (AR owner plans, RS peers-first plans)
+        self.force_push_window: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -234,7 +239,7 @@ class GemmRsAr:
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
-               self.force_early_copy)
+               self.force_early_copy, self.force_push_window)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -247,6 +252,7 @@ class GemmRsAr:
                                    stages=stages, push_all=int(plan.push_all),
                                    pdl=pdl, prefetch=prefetch,
                                    early_copy=self._early_copy(plan),
+                                   push_window=self._push_window(plan, push),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
@@ -257,6 +263,12 @@ class GemmRsAr:
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
+
+    def _push_window(self, plan: TilePlan, push: str) -> int:
+        """``launch.cache.default_push_window``, unless forced."""
+        if self.force_push_window is None or push == "lsu" or plan.mode == "gemm":
+            return default_push_window(self.arch or "", self.transport, push, plan)
+        return int(self.force_push_window)
 
     def _early_copy(self, plan: TilePlan) -> int:
         """``launch.cache.default_early_copy``, unless forced off."""

@@ -74,7 +74,8 @@ def parse() -> argparse.Namespace:
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
                         "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl), the "
                         "default plans with reductions loading each sub-tile on its own (rs_nopre / "
-                        "ar_nopre); at "
+                        "ar_nopre), pushes with a tile's copies all in flight or one sub-tile's "
+                        "at a time (rs_w0 / ar_w0, rs_w1 / ar_w1); at "
                         "world 2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= "
                         "1024) and on the owner plan (ar_owner)")
     p.add_argument("--stages-sweep", action="store_true",
@@ -286,6 +287,10 @@ class Bench:
             # reductions loading every sub-tile on its own (the default loads one ahead)
             for m in ("rs", "ar"):
                 cols[f"{m}_nopre"] = (_with(ops[m], ops[m], force_prefetch=False), sets)
+            # a tile's push copies all in flight (w0) or one sub-tile's at a time (w1)
+            for m in ("rs", "ar"):
+                for on in (False, True):
+                    cols[f"{m}_w{int(on)}"] = (_with(ops[m], ops[m], force_push_window=on), sets)
             # the default plans without programmatic dependent launch (on by default, sm90)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,

@@ -23,10 +23,11 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, the
     K classes the heuristics distinguish and N with and without 256-wide tiles (push-all AR
     plans where the transport runs them; programmatic dependent launch on sm90, the
-    sub-tile-ahead loads of world-2 unicast reductions and AR's early result copies, as
+    sub-tile-ahead loads of world-2 unicast reductions, AR's early result copies and
+    one-sub-tile push windows, as
     ``GemmRsAr`` launches by default)."""
     from launch.cache import (Variant, auto_push_all, default_early_copy, default_prefetch,
-                              default_push)
+                              default_push, default_push_window)
     from launch.plan import make_plan
     kinds = set()
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
@@ -42,12 +43,13 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                                       push_all=auto_push_all(mode, tr, push))
                         kinds.add((p.bn, mode, tr, push, p.cta_group, int(p.peers_first),
                                    int(p.pair_n), int(p.push_all),
-                                   default_early_copy(arch, tr, p)))
+                                   default_early_copy(arch, tr, p),
+                                   default_push_window(arch, tr, push, p)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
                     push_all=pa, pdl=pdl, prefetch=default_prefetch(arch, world, tr, mode),
-                    early_copy=ec)
-            for bn, mode, tr, push, cg, pf, pn, pa, ec in sorted(kinds)]
+                    early_copy=ec, push_window=pw)
+            for bn, mode, tr, push, cg, pf, pn, pa, ec, pw in sorted(kinds)]
 
 
 def _build(args: tuple) -> tuple[str, float]:

@@ -187,3 +187,22 @@ def test_pdl_waits_before_any_global_access(ptx_of):
     plain = ptx_of(Variant("sm_90a", 64, 2, "rs", "unicast", push="tma", peers_first=1))
     assert "griddepcontrol" not in plain
 
+
+
+def test_push_window_waits_for_completion_per_sub_tile(ptx_of):
+    """A one-group push window turns the per-sub-tile wait for the copies' reads into a wait
+    for their completion (``cp.async.bulk.wait_group 0``, not ``.read``), on RS and AR."""
+    for mode, push, pf in (("rs", "tma", 1), ("ar", "tma_all", 0)):
+        plain = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push, peers_first=pf,
+                               pdl=1, prefetch=1))
+        windowed = ptx_of(Variant("sm_90a", 224, 2, mode, "unicast", push=push,
+                                  peers_first=pf, pdl=1, prefetch=1, push_window=1))
+        full = "cp.async.bulk.wait_group 0;"
+        assert windowed.count(full) > plain.count(full)
+
+
+def test_push_window_needs_bulk_copy_pushes():
+    from launch.sm90_kernel import Sm90FusedKernel
+    for kw in (dict(push="lsu", push_window=1), dict(push="tma", push_window=-1)):
+        with pytest.raises(ValueError, match="push_window"):
+            Sm90FusedKernel(224, 2, "rs", "unicast", **kw)

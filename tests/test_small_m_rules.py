@@ -62,7 +62,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
-    op.force_early_copy = None
+    op.force_early_copy = op.force_push_window = None
     op._plans = {}
     return op
 
@@ -124,3 +124,31 @@ def test_op_push_all_never_for_rs_or_multicast(variants):
     sm100 = _op("ar", arch="sm_100a")
     assert not sm100._plan_and_kernel(128, 1024, "ar")[0].push_all
     assert variants[-1].pdl == 0
+
+
+def test_op_push_window_rule(variants):
+    """One sub-tile's pushes in flight at a time: AR owner plans and RS peers-first plans
+    (sm90 unicast, bulk copies); RS's round plans, push-all AR, plain GEMMs, thread-store
+    pushes, multicast and sm100 keep a tile's copies all in flight."""
+    def window(mode: str, M: int, K: int, kernel_mode: str | None = None, **kw) -> int:
+        op = _op(mode, **kw)
+        op._plan_and_kernel(M, K, kernel_mode or mode)
+        return variants[-1].push_window
+    assert window("ar", 1024, 1024) == 1 and window("ar", 16384, 4096) == 1
+    assert window("ar", 128, 1024) == 0  # push-all
+    assert window("rs", 1024, 1024) == 1  # peers-first
+    assert window("rs", 16384, 1024) == 0 and window("rs", 1024, 4096) == 0
+    assert window("rs", 1024, 1024, "gemm") == 0
+    assert window("ar", 1024, 1024, transport="multicast") == 0
+    assert window("ar", 1024, 1024, arch="sm_100a") == 0
+    op = _op("rs")
+    op.force_push_window = True
+    op._plan_and_kernel(16384, 1024, "rs")
+    assert variants[-1].push_window == 1
+    op.force_push_window = False
+    op._plan_and_kernel(1024, 1024, "rs")
+    assert variants[-1].push_window == 0
+    op.push = "lsu"
+    op.force_push_window = True
+    op._plan_and_kernel(1024, 1024, "rs")
+    assert variants[-1].push_window == 0
