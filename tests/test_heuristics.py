@@ -16,7 +16,7 @@ def test_measured_points_and_interpolation_between_them():
     assert heuristics.expected_speedup("rs", 10 ** 6, 10 ** 5) == pytest.approx(table[(16384, 9216)][0])
     assert heuristics.fused_wins("rs", 3000, 7168, 1024, 2)
     # long K at large M runs fused since its plans pair tile rows (choose_fused_cluster), up
-    # to where RS's lowest measured speedup is within the noise (16384 x 9216: 1.03, (l))
+    # to where RS's lowest measured speedup nears the noise (16384 x 9216: 1.04, (n))
     assert heuristics.fused_wins("rs", 8192, 7168, 9216, 2)
     edge = table[(16384, 9216)][0] > heuristics.MIN_SPEEDUP
     assert heuristics.fused_wins("rs", 16384, 7168, 9216, 2) == edge
