@@ -187,9 +187,11 @@ class KernelCache:
         with self._lock:
             fn = self._done.get(v)
             if fn is None:
+                from .variant_log import record
                 fn = self._compile(v)
                 self._done[v] = fn
                 self.compile_count += 1
+                record(v)
             return fn
 
 

@@ -6,6 +6,13 @@
 Every variant a default plan of that arch and world can pick is compiled (``variants``: the
 tile widths, modes rs / ar / gemm, 1-CTA and 2x1-cluster plans, the peers-first order of
 small M) for each transport. Compiles run in parallel processes.
+
+A workload that forces plans or knobs launches variants no default plan picks. Run it once
+with ``RSAR_VARIANT_LOG=FILE`` and add ``--from-log FILE``: the variants it launched on this
+arch and world are compiled too.
+
+    RSAR_VARIANT_LOG=/tmp/used.jsonl mpirun -n 2 python3 my_worker.py
+    python3 scripts/precompile.py --arch sm_90a --world 2 --out DIR --from-log /tmp/used.jsonl
 """
 from __future__ import annotations
 
@@ -20,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def variants(arch: str, world: int, transports: list[str]) -> list:
-    """Every variant a default plan of this arch and world picks, over M up to 64 Ki, the
-    K classes the heuristics distinguish and N with and without 256-wide tiles (push-all AR
+    """Every variant a default plan of this arch and world picks, over M up to 64 Ki, K from
+    64 to 16 Ki and N from 128 to 10 Ki (the tile widths, tile-row counts and round counts
+    the plan rules distinguish; tests/test_precompile.py samples beyond them) (push-all AR
     plans where the transport runs them; programmatic dependent launch on sm90, the
     sub-tile-ahead loads of world-2 unicast reductions, AR's early result copies and
     one-sub-tile push windows, as
@@ -32,8 +40,8 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     kinds = set()
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
     for M in Ms:
-        for K in (64, 1024, 2048, 4096, 9216):
-            for N in (384, 7168):
+        for K in (64, 512, 1024, 2048, 4096, 8192, 9216, 13056, 16384):
+            for N in (128, 384, 896, 2048, 4096, 7168, 8192, 10240):
                 for mode in ("rs", "ar", "gemm"):
                     for tr in transports:
                         if mode == "gemm" and tr == "multicast":
@@ -52,6 +60,18 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
             for bn, mode, tr, push, cg, pf, pn, pa, ec, pw in sorted(kinds)]
 
 
+def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:
+    """``vs`` followed by the variants recorded in ``logs`` (``launch.variant_log``) for this
+    arch and world that ``vs`` lacks; and how many logged variants were for another."""
+    if not logs:
+        return vs, 0
+    from launch.variant_log import read
+    logged = read(logs)
+    here = [v for v in logged if v.arch == arch and v.world == world]
+    have = set(vs)
+    return vs + [v for v in here if v not in have], len(logged) - len(here)
+
+
 def _build(args: tuple) -> tuple[str, float]:
     v, out = args
     from launch import disk_cache
@@ -68,8 +88,15 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--transports", default="unicast,multicast")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--from-log", action="append", default=[], metavar="FILE",
+                   help="also compile the variants of this arch and world recorded in FILE "
+                        "(RSAR_VARIANT_LOG); may be repeated")
     a = p.parse_args()
-    todo = [(v, a.out) for v in variants(a.arch, a.world, a.transports.split(","))]
+    vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(",")), a.from_log,
+                              a.arch, a.world)
+    if skipped:
+        print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
+    todo = [(v, a.out) for v in vs]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for name, dt in pool.map(_build, todo):
