@@ -508,7 +508,9 @@ class CommWarps:
             ptx.bulk_commit()
             if cutlass.const_expr(self.push_window > 0):
                 ptx.bulk_wait_pending(self.push_window - 1)
-            elif cutlass.const_expr(not self.defer_release):
+            if cutlass.const_expr(not self.defer_release and self.push_window != 1):
+                # the slot is released next: its copies must have read it (a window of one
+                # has waited for them to complete)
                 ptx.bulk_wait_read_all()
 
     @cute.jit

@@ -206,3 +206,12 @@ def test_push_window_needs_bulk_copy_pushes():
     for kw in (dict(push="lsu", push_window=1), dict(push="tma", push_window=-1)):
         with pytest.raises(ValueError, match="push_window"):
             Sm90FusedKernel(224, 2, "rs", "unicast", **kw)
+
+
+def test_wider_push_window_still_waits_for_reads_before_a_slot_is_reused(ptx_of):
+    """With a ring smaller than a tile (4 stages at BN=224) slots are released per sub-tile:
+    a window of two must still wait for the copies' reads of the slot before that."""
+    ptx = ptx_of(Variant("sm_90a", 224, 2, "rs", "unicast", push="tma", stages=4,
+                         push_window=2))
+    assert "cp.async.bulk.wait_group 1;" in ptx
+    assert "cp.async.bulk.wait_group.read 0;" in ptx
