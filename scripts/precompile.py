@@ -72,6 +72,13 @@ def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list,
     return vs + [v for v in here if v not in have], len(logged) - len(here)
 
 
+def cached(vs: list, out: Path) -> list:
+    """The variants of ``vs`` that ``out`` already holds for the present kernel sources and
+    CuTe DSL (entries are keyed by both, so a stale one is never among them)."""
+    from launch.disk_cache import entry_name
+    return [v for v in vs if (out / f"{entry_name(v)}.o").is_file()]
+
+
 def _build(args: tuple) -> tuple[str, float]:
     v, out = args
     from launch import disk_cache
@@ -91,17 +98,24 @@ def main() -> int:
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
                         "(RSAR_VARIANT_LOG); may be repeated")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild variants the cache already holds (for these kernel sources "
+                        "and CuTe DSL version)")
     a = p.parse_args()
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(",")), a.from_log,
                               a.arch, a.world)
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
-    todo = [(v, a.out) for v in vs]
+    held = set() if a.force else set(cached(vs, Path(a.out)))
+    if held:
+        print(f"  {len(held)} variants already in {a.out}: kept", flush=True)
+    todo = [(v, a.out) for v in vs if v not in held]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for name, dt in pool.map(_build, todo):
             print(f"  {name}: {dt:.1f} s", flush=True)
-    print(f"rsar precompile: {len(todo)} variants for {a.arch}, world {a.world}, into {a.out} "
+    print(f"rsar precompile: {len(todo)} variants built for {a.arch}, world {a.world}, "
+          f"{len(held)} kept, into {a.out} "
           f"in {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -73,3 +73,11 @@ def test_precompile_adds_logged_variants_of_its_arch_and_world(tmp_path, monkeyp
     vs, skipped = precompile.with_logged(defaults, [str(log)], "sm_90a", 2)
     assert vs == defaults + [FORCED] and skipped == 1
     assert precompile.with_logged(defaults, [], "sm_90a", 2) == (defaults, 0)
+
+
+def test_precompile_keeps_what_the_cache_holds(tmp_path):
+    from launch.disk_cache import entry_name
+    (tmp_path / f"{entry_name(FORCED)}.o").write_bytes(b"x")
+    (tmp_path / "rsar_sm_90a_stale_0123456789abcdef.o").write_bytes(b"x")
+    assert precompile.cached([FORCED, OTHER], tmp_path) == [FORCED]
+    assert precompile.cached([FORCED, OTHER], tmp_path / "absent") == []

@@ -3,6 +3,10 @@
 # Each step has a time limit so a hang costs minutes, not the whole session; the summary
 # line of each step is printed at the end. RSAR_SKIP_FUSED=1 leaves out the fused suite (the
 # longest step) when it ran on its own.
+# With RSAR_KERNEL_CACHE=DIR the kernels are compiled up front, in parallel: the default
+# variants and every variant an earlier run logged in DIR/variants.jsonl (the suites force
+# plans no default picks); this run logs its own there. A second run, or a DIR filled on a
+# CPU build machine from that log (scripts/precompile.py --from-log), compiles nothing.
 set -u
 out=${1:-gpu-logs}
 mkdir -p "$out"
@@ -11,8 +15,15 @@ P="python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning"
 run() {  # name limit command...
   local name=$1 limit=$2; shift 2
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
-  echo "$name rc=$? :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup' "$out/$name.log" | tail -1)"
+  echo "$name rc=$? :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup|rsar precompile' "$out/$name.log" | tail -1)"
 }
+if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
+  export RSAR_VARIANT_LOG=${RSAR_VARIANT_LOG:-$RSAR_KERNEL_CACHE/variants.jsonl}
+  arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
+  logged=(); [ -s "$RSAR_VARIANT_LOG" ] && logged=(--from-log "$RSAR_VARIANT_LOG")
+  run precompile 600 python3 scripts/precompile.py --arch "$arch" --world 2 \
+    --transports unicast --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
+fi
 [ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n 2 $P tests/gpu/test_fused_gpu.py
 run early_copy 90 mpirun -n 2 $P tests/gpu/test_early_copy_gpu.py
 run embedding 150 mpirun -n 2 $P tests/gpu/test_embedding_gpu.py
