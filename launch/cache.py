@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import variant_log
 from .plan import BLACKWELL, TilePlan
 
 log = logging.getLogger("rsar.launch")
@@ -187,11 +188,10 @@ class KernelCache:
         with self._lock:
             fn = self._done.get(v)
             if fn is None:
-                from .variant_log import record
                 fn = self._compile(v)
                 self._done[v] = fn
                 self.compile_count += 1
-                record(v)
+                variant_log.record(v)
             return fn
 
 

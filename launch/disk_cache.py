@@ -59,10 +59,15 @@ def entry_name(v: Any) -> str:
             f"_{source_hash()}")
 
 
+def entry_path(v: Any, directory: Path) -> Path:
+    """Where ``directory`` holds ``v`` compiled from the present sources and CuTe DSL."""
+    return directory / f"{entry_name(v)}.o"
+
+
 def load(v: Any, directory: Path) -> Any | None:
     """The compiled function of ``v`` from ``directory``, or None if absent or unusable."""
     name = entry_name(v)
-    path = directory / f"{name}.o"
+    path = entry_path(v, directory)
     if not path.is_file():
         return None
     try:
@@ -82,7 +87,7 @@ def store(v: Any, compiled: Any, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     name = entry_name(v)
     blob = compiled.dump_to_object(name)
-    final = directory / f"{name}.o"
+    final = entry_path(v, directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".o")
     try:
         with os.fdopen(fd, "wb") as f:

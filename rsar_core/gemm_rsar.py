@@ -9,8 +9,7 @@ from typing import Any
 import torch
 
 from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
-                          default_push_window,
-                          default_push, push_for)
+                          default_push, default_push_window, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap

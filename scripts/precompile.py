@@ -75,8 +75,8 @@ def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list,
 def cached(vs: list, out: Path) -> list:
     """The variants of ``vs`` that ``out`` already holds for the present kernel sources and
     CuTe DSL (entries are keyed by both, so a stale one is never among them)."""
-    from launch.disk_cache import entry_name
-    return [v for v in vs if (out / f"{entry_name(v)}.o").is_file()]
+    from launch.disk_cache import entry_path
+    return [v for v in vs if entry_path(v, out).is_file()]
 
 
 def _build(args: tuple) -> tuple[str, float]:
