@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mpirun import run_mpi
+from thread_bootstrap import OneRank
 
 LIMIT_S = 5.0  # the failing step takes 0.5 s; agreement must add little to that
 
@@ -34,26 +35,11 @@ def test_every_rank_raises_the_same_peer_error(n: int, failing: str, timing: str
         assert res["all_true_all"] is True and res["all_true_without_failing"] is False
 
 
-class _Alone:
-    """A one-rank bootstrap, enough to run agree's own logic in this process."""
-
-    rank, world = 0, 1
-
-    def allgather(self, data: bytes) -> list[bytes]:
-        return [bytes(data)]
-
-    def broadcast(self, data, root: int = 0) -> bytes:
-        return bytes(data)
-
-    def barrier(self) -> None:
-        pass
-
-
 def test_agree_in_process() -> None:
     from multicast.agree import agree, all_true
     from multicast.errors import PeerError
 
-    bs = _Alone()
+    bs = OneRank()
     assert agree(bs, "fine", lambda: 42) == 42
     with pytest.raises(PeerError) as info:
         agree(bs, "broken", lambda: 1 / 0)

@@ -7,8 +7,6 @@ without a kernel) are checked on the pure function that words them.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,39 +14,13 @@ from pathlib import Path
 import pytest
 
 from mpirun import find_mpiexec, mpi_available, mpiexec_flags
+from script_runs import load_script, plain_env as _plain_env, torch_sees_gpu
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "demo.py"
 
-_LAUNCHER_VARS = ("OMPI_", "PMI_", "PMIX_", "MPI_LOCALRANKID", "HYDRA_")
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("rsar_demo", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-demo = _load_script()
-
-
-def _plain_env(**extra: str) -> dict[str, str]:
-    # As if started by hand: no launcher variables (pytest itself may run under one).
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
-    env.update(extra)
-    return env
-
-
-def _host_has_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-needs_no_gpu = pytest.mark.skipif(_host_has_gpu(), reason="this host has a CUDA GPU")
+demo = load_script("demo.py", "rsar_demo")
+needs_no_gpu = pytest.mark.skipif(torch_sees_gpu(), reason="this host has a CUDA GPU")
 
 NO_GPU = ("rsar demo: no CUDA GPU on this host; the fused op needs 2+ NVLink-connected GPUs "
           "(run scripts/mc_diag.py for details)")

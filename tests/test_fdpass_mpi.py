@@ -105,22 +105,11 @@ def test_bad_fd_fails_on_every_rank(tmp_path) -> None:
 
 def test_in_process_checks() -> None:
     from multicast import fdpass
-    from multicast.bootstrap import Bootstrap, make_bootstrap
+    from multicast.bootstrap import make_bootstrap
     from multicast.errors import HandleExchangeError, PeerError
+    from thread_bootstrap import OneRank
 
-    class Alone(Bootstrap):
-        rank, world = 0, 1
-
-        def allgather(self, data: bytes) -> list[bytes]:
-            return [bytes(data)]
-
-        def broadcast(self, data, root: int = 0) -> bytes:
-            return bytes(data)
-
-        def barrier(self) -> None:
-            pass
-
-    bs = Alone()
+    bs = OneRank()
     assert make_bootstrap(bs) is bs
     with pytest.raises(TypeError, match="mpi4py communicator"):
         make_bootstrap("COMM_WORLD")

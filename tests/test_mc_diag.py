@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,30 +12,18 @@ import pytest
 
 from fake_driver import FakeDriver
 from mpirun import find_mpiexec, mpiexec_flags
+from script_runs import load_script, plain_env
 from multicast.driver import Driver
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "mc_diag.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("mc_diag", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-mc_diag = _load_script()
-
-_LAUNCHER_VARS = ("OMPI_", "PMI_", "PMIX_", "MPI_LOCALRANKID", "HYDRA_")
+mc_diag = load_script("mc_diag.py", "mc_diag")
 
 
 def _plain_env(**extra: str) -> dict[str, str]:
-    # As if started by hand: no launcher variables (pytest itself may run under one).
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.update(extra)
-    return env
+    return plain_env(repo_on_path=True, **extra)
 
 
 def _host_has_gpu() -> bool:

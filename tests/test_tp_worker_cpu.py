@@ -14,7 +14,6 @@ This file doubles as that 2-process child: ``python -m torch.distributed.run ...
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,19 +22,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "tp_worker.py"
-_LAUNCHER_VARS = ("OMPI_", "PMI_", "PMIX_", "MPI_LOCALRANKID", "HYDRA_", "TORCHELASTIC_")
-_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                  "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers, in the child too
+from script_runs import load_script, plain_env as _plain_env, torch_sees_gpu  # noqa: E402
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("rsar_tp_worker", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-tpw = _load_script()
+tpw = load_script("tp_worker.py", "rsar_tp_worker")
 
 
 # =========================================================================== the 2-process child
@@ -123,23 +113,7 @@ if __name__ == "__main__":
 import pytest  # noqa: E402  (the child above needs no pytest)
 
 
-def _plain_env(**extra: str) -> dict[str, str]:
-    # As if started by hand: no launcher variables (pytest itself may run under one).
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(_LAUNCHER_VARS) and k not in _TORCHRUN_VARS}
-    env.update(extra)
-    return env
-
-
-def _host_has_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-needs_no_gpu = pytest.mark.skipif(_host_has_gpu(), reason="this host has a CUDA GPU")
+needs_no_gpu = pytest.mark.skipif(torch_sees_gpu(), reason="this host has a CUDA GPU")
 
 NO_GPU = ("rsar tp_worker: no CUDA GPU on this host; the tensor-parallel MLP worker needs 2+ "
           "NVLink-connected GPUs (run scripts/mc_diag.py for details)")

@@ -59,6 +59,21 @@ class ThreadGroup:
             self._cond.notify_all()
 
 
+class OneRank(Bootstrap):
+    """A world of one: the collectives return this rank's own data, for checks of the
+    per-rank logic in this process."""
+
+    rank, world = 0, 1
+
+    def allgather(self, data: bytes) -> list[bytes]:
+        return [bytes(data)]
+
+    def broadcast(self, data: bytes | None, root: int = 0) -> bytes:
+        return bytes(data)
+
+    def barrier(self) -> None:
+        pass
+
 class ThreadBootstrap(Bootstrap):
     """One thread-rank's view of a ThreadGroup.
 
