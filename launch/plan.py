@@ -154,7 +154,12 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     longer K beyond one tile row the orders tie (+-1%), so the round order stays. RS gains
     nothing from pairs along N (in either order it ties the 1-CTA plan). At K=2048 two tile
     rows gain from the 64-wide peers-first plan too: RS 6.4-6.6%, AR 7.4-8.8% over the
-    round order (docs/PERF.md (m), N 7168 and 8192)."""
+    round order (docs/PERF.md (m), N 7168 and 8192). With the push window (one sub-tile's
+    copies in flight, so the own tiles' mainloop no longer queues behind a tile of copies)
+    RS's peers-first order also wins from four to eight tile rows at K <= 4096: +1.5-3.3% at
+    M=1024 with K 2048 and 4096, +0.6-2.8% at 512 x 2048, a tie at 512 x 4096, in two runs
+    at N 7168 and 8192 (docs/PERF.md (o)); at K=9216 it loses 3-9%. AR's does not (its
+    result round follows): 5-7% slower there except at 512 x 2048."""
     if M <= BM and mode == "ar" and K > 1024:
         return 64, False, True
     if M <= BM:
@@ -162,6 +167,8 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     if K <= 2048 and M <= 2 * BM:
         return 64, True, False
     if K <= 1024 and M <= 8 * BM:
+        return None, True, False
+    if mode == "rs" and K <= 4096 and 3 * BM < M <= 8 * BM:
         return None, True, False
     return None, False, False
 

@@ -136,8 +136,8 @@ def test_op_push_window_rule(variants):
         return variants[-1].push_window
     assert window("ar", 1024, 1024) == 1 and window("ar", 16384, 4096) == 1
     assert window("ar", 128, 1024) == 0  # push-all
-    assert window("rs", 1024, 1024) == 1  # peers-first
-    assert window("rs", 16384, 1024) == 0 and window("rs", 1024, 4096) == 0
+    assert window("rs", 1024, 1024) == 1 and window("rs", 1024, 4096) == 1  # peers-first
+    assert window("rs", 16384, 1024) == 0 and window("rs", 2048, 4096) == 0
     assert window("rs", 1024, 1024, "gemm") == 0
     assert window("ar", 1024, 1024, transport="multicast") == 0
     assert window("ar", 1024, 1024, arch="sm_100a") == 0
