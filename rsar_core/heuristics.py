@@ -1,14 +1,14 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), 2026-11-30 (n) (straight-line reductions, RS own tiles without a fence,
-one-sub-tile push windows on AR owner and RS peers-first plans, on top of (l)'s early
-result copies, sub-tile-ahead loads, push-all AR at small M and programmatic dependent
-launch; each column's calls timed in interleaved blocks), the lowest over N in
-{7168, 8192}, so a point runs fused only if it won at every measured N (docs/PERF.md;
-printed by ``scripts/heuristics_table.py`` from docs/perf/grid-2026-11-30n.json and, for
-K=2048, docs/perf/k2048-2026-11-30k.json, which predates every change since (k) and so
-understates the fused op there). A shape's speedup is interpolated bilinearly in (log2 M,
+2x H200 (NV18), 2026-11-30 (o), grid (o2) (RS peers-first from four to eight tile rows at
+K <= 4096, on top of (n)'s straight-line reductions, unfenced RS own tiles and one-sub-tile
+push windows, (l)'s early result copies, sub-tile-ahead loads, push-all AR at small M and
+programmatic dependent launch; each column's calls timed in interleaved blocks), the
+lowest over N in {7168, 8192}, so a point runs fused only if it won at every measured N
+(docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
+docs/perf/grid-2026-11-30o2.json and, for K=2048, docs/perf/k2048-2026-11-30k.json, which
+predates every change since (k) and so understates the fused op there). A shape's speedup is interpolated bilinearly in (log2 M,
 log2 K) between the measured points around it (clamped to the measured range), and it runs
 fused only when that beats the run-to-run noise (3%). Other world sizes use this world-2
 table until they are measured. Re-measure and update the table when the kernel or the
@@ -20,18 +20,18 @@ import math
 
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
-    (128, 1024): (1.29, 1.76), (256, 1024): (1.52, 1.46), (512, 1024): (1.52, 1.42),
-    (1024, 1024): (1.57, 1.41), (2048, 1024): (1.66, 1.45), (4096, 1024): (1.89, 1.56),
-    (8192, 1024): (2.0, 1.57), (16384, 1024): (2.07, 1.6),
+    (128, 1024): (1.31, 1.74), (256, 1024): (1.52, 1.45), (512, 1024): (1.52, 1.42),
+    (1024, 1024): (1.56, 1.4), (2048, 1024): (1.66, 1.43), (4096, 1024): (1.9, 1.58),
+    (8192, 1024): (2.02, 1.58), (16384, 1024): (2.11, 1.6),
     (128, 2048): (1.21, 1.64), (256, 2048): (1.24, 1.33), (512, 2048): (1.31, 1.36),
     (1024, 2048): (1.32, 1.4), (2048, 2048): (1.42, 1.5), (4096, 2048): (1.57, 1.6),
     (8192, 2048): (1.59, 1.61), (16384, 2048): (1.61, 1.63),
-    (128, 4096): (1.2, 1.56), (256, 4096): (1.27, 1.35), (512, 4096): (1.2, 1.33),
-    (1024, 4096): (1.23, 1.32), (2048, 4096): (1.29, 1.4), (4096, 4096): (1.33, 1.45),
-    (8192, 4096): (1.32, 1.46), (16384, 4096): (1.34, 1.46),
-    (128, 9216): (1.12, 1.4), (256, 9216): (1.1, 1.2), (512, 9216): (1.06, 1.13),
-    (1024, 9216): (1.13, 1.15), (2048, 9216): (1.15, 1.18), (4096, 9216): (1.15, 1.21),
-    (8192, 9216): (1.09, 1.18), (16384, 9216): (1.04, 1.19),
+    (128, 4096): (1.21, 1.55), (256, 4096): (1.26, 1.35), (512, 4096): (1.19, 1.34),
+    (1024, 4096): (1.27, 1.32), (2048, 4096): (1.27, 1.38), (4096, 4096): (1.32, 1.45),
+    (8192, 4096): (1.31, 1.47), (16384, 4096): (1.34, 1.49),
+    (128, 9216): (1.12, 1.4), (256, 9216): (1.13, 1.2), (512, 9216): (1.07, 1.15),
+    (1024, 9216): (1.13, 1.18), (2048, 9216): (1.14, 1.18), (4096, 9216): (1.15, 1.2),
+    (8192, 9216): (1.05, 1.18), (16384, 9216): (1.04, 1.16),
 }
 MIN_SPEEDUP = 1.03  # above the ~3% run-to-run spread of the benchmark
 
