@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mpirun import find_mpiexec, mpi_available, mpiexec_flags
-from script_runs import load_script, plain_env as _plain_env, torch_sees_gpu
+from script_runs import REPO, load_script, plain_env as _plain_env, torch_sees_gpu
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "demo.py"
 
 demo = load_script("demo.py", "rsar_demo")

@@ -6,16 +6,14 @@ import copy
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fake_driver import FakeDriver
 from mpirun import find_mpiexec, mpiexec_flags
-from script_runs import load_script, plain_env
+from script_runs import REPO, load_script, plain_env
 from multicast.driver import Driver
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "mc_diag.py"
 
 

@@ -20,10 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from script_runs import REPO, load_script, plain_env as _plain_env, torch_sees_gpu
+
 SCRIPT = REPO / "scripts" / "tp_worker.py"
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers, in the child too
-from script_runs import load_script, plain_env as _plain_env, torch_sees_gpu  # noqa: E402
 
 tpw = load_script("tp_worker.py", "rsar_tp_worker")
 
