@@ -159,7 +159,11 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     RS's peers-first order also wins from four to eight tile rows at K <= 4096: +1.5-3.3% at
     M=1024 with K 2048 and 4096, +0.6-2.8% at 512 x 2048, a tie at 512 x 4096, in two runs
     at N 7168 and 8192 (docs/PERF.md (o)); at K=9216 it loses 3-9%. AR's does not (its
-    result round follows): 5-7% slower there except at 512 x 2048."""
+    result round follows): 5-7% slower there except at 512 x 2048. At three tile rows
+    (M 257-384) both orders' peers-first wins where the round order leaves a whole tile row
+    to one rank's lanes: RS +1.7-9.2% at K <= 4096 (one shape -2%), AR +2-11.5% at K 2048-9216
+    (one shape -0.3%), two runs at M 320 / 384, N 7168 / 8192 (docs/PERF.md (p)); RS at
+    K=9216 is split (M=384 +2-5%, M=320 -1..-4%), so it keeps the round order there."""
     if M <= BM and mode == "ar" and K > 1024:
         return 64, False, True
     if M <= BM:
@@ -168,7 +172,9 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
         return 64, True, False
     if K <= 1024 and M <= 8 * BM:
         return None, True, False
-    if mode == "rs" and K <= 4096 and 3 * BM < M <= 8 * BM:
+    if mode == "rs" and K <= 4096 and 2 * BM < M <= 8 * BM:
+        return None, True, False
+    if mode == "ar" and 2 * BM < M <= 3 * BM:
         return None, True, False
     return None, False, False
 

@@ -79,6 +79,9 @@ def main() -> int:
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
                         "launch after a barrier, which shows any host-side skew between ranks)")
+    p.add_argument("--push-window", type=int, choices=[0, 1], default=None,
+                   help="1: one sub-tile's bulk copies in flight at a time, 0: a tile's copies "
+                        "at once (GemmRsAr.force_push_window; default: the op's rule)")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args()
     if a.queue < 1:
@@ -95,6 +98,8 @@ def main() -> int:
         op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
         op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
         op.force_pair_n = a.pair_n
+        if a.push_window is not None:
+            op.force_push_window = bool(a.push_window)
         op.force_push_all = True if a.push_all and mode == "ar" else None
         if a.push:
             op.push = a.push

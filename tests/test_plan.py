@@ -62,8 +62,8 @@ def test_bn_choice_is_the_cheapest_last_wave():
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_small_m_choice(mode):
     """sm90 fused plans at small M: 64-wide tiles peers-first for one tile row (and two at
-    K <= 2048), the peers-first order up to M=1024 at K <= 1024 (RS: from four tile rows
-    at K <= 4096 too), else the round order."""
+    K <= 2048), the peers-first order up to M=1024 at K <= 1024 (RS: from three tile rows
+    at K <= 4096 too; AR: at three tile rows at any K), else the round order."""
     def pick(M, K, **kw):
         p = make_plan(M, 7168, K, 2, 132, mode, **kw)
         return p.bn, p.peers_first
@@ -80,10 +80,14 @@ def test_small_m_choice(mode):
     assert pick(256, 2048) == (64, True) and pick(512, 1024) == (128, True)
     assert pick(1024, 1024)[1] and pick(2048, 1024) == (224, False)
     assert pick(512, 1024)[1] is True
-    rs = mode == "rs"  # RS: peers-first from four to eight tile rows at K <= 4096
+    rs = mode == "rs"  # RS: peers-first from three to eight tile rows at K <= 4096
     for M, K in itertools.product((385, 512, 1000, 1024), (2048, 4096)):
         assert pick(M, K)[1] is rs, (M, K)
-    assert pick(384, 4096)[1] is False and pick(1025, 4096)[1] is False
+    # three tile rows: peers-first for both at K <= 4096, for AR at any K
+    for M, K in itertools.product((257, 320, 384), (2048, 4096, 9216)):
+        assert pick(M, K)[1] is (not rs or K <= 4096), (M, K)
+    assert pick(256, 4096) == (128, False) and pick(256, 9216)[1] is False
+    assert pick(1025, 4096)[1] is False
     assert pick(512, 9216)[1] is False and pick(1024, 4097)[1] is False
     # anything forced keeps the old defaults for the rest
     assert pick(128, 1024, bn=128) == (128, False)
