@@ -1,62 +1,87 @@
 """When the fused op is expected to beat torch.mm + NCCL (``GemmRsAr.should_run``).
 
 The table holds speedups (unfused time / fused time) that ``scripts/bench.py`` measured on
-2x H200 (NV18), 2026-11-30 (o), grid (o2) (RS peers-first from four to eight tile rows at
-K <= 4096, on top of (n)'s straight-line reductions, unfenced RS own tiles and one-sub-tile
-push windows, (l)'s early result copies, sub-tile-ahead loads, push-all AR at small M and
-programmatic dependent launch; each column's calls timed in interleaved blocks), the
-lowest over N in {7168, 8192}, so a point runs fused only if it won at every measured N
-(docs/PERF.md; printed by ``scripts/heuristics_table.py`` from
-docs/perf/grid-2026-11-30o2.json and, for K=2048, docs/perf/k2048-2026-11-30k.json, which
-predates every change since (k) and so understates the fused op there). A shape's speedup is interpolated bilinearly in (log2 M,
-log2 K) between the measured points around it (clamped to the measured range), and it runs
-fused only when that beats the run-to-run noise (3%). Other world sizes use this world-2
-table until they are measured. Re-measure and update the table when the kernel or the
-machine changes.
+2x H200 (NV18), the lowest over N in {7168, 8192} and over the runs given, so a point runs
+fused only if it won at every measured N: the grid's M (powers of two, 128-16384) at K 1024 /
+4096 / 9216 from grids (o2) and (p) (docs/perf/grid-2026-11-30o2.json, -p.json), K=2048 at
+those M from (k) (docs/perf/k2048-2026-11-30k.json, before every change since, so it
+understates the fused op there), and M between them, multiples of 64 up to 1920 and 2560 /
+3072 / 3584 / 6144, at K 1024-9216 (docs/PERF.md (p), docs/perf/dense-m-2026-11-30p-*.json).
+Printed by ``scripts/heuristics_table.py`` from those files.
+
+Off the grid's powers of two the fused op's time steps with the tile rows a plan needs and
+with rows two owners share (RS), so speedups are not smooth in M: 576 x 7168 x 4096 measured
+0.71-0.75x between 1.19x at M=512 and 1.05x at 768. A shape between measured points is
+therefore given the lowest speedup of the table points around it (M and K), not an
+interpolation, and runs fused only when that beats the run-to-run noise (3%). Other world
+sizes use this world-2 table until they are measured. Re-measure and update the table when
+the kernel or the machine changes.
 """
 from __future__ import annotations
 
-import math
-
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
-    (128, 1024): (1.31, 1.74), (256, 1024): (1.52, 1.45), (512, 1024): (1.52, 1.42),
-    (1024, 1024): (1.56, 1.4), (2048, 1024): (1.66, 1.43), (4096, 1024): (1.9, 1.58),
-    (8192, 1024): (2.02, 1.58), (16384, 1024): (2.11, 1.6),
-    (128, 2048): (1.21, 1.64), (256, 2048): (1.24, 1.33), (512, 2048): (1.31, 1.36),
-    (1024, 2048): (1.32, 1.4), (2048, 2048): (1.42, 1.5), (4096, 2048): (1.57, 1.6),
-    (8192, 2048): (1.59, 1.61), (16384, 2048): (1.61, 1.63),
-    (128, 4096): (1.21, 1.55), (256, 4096): (1.26, 1.35), (512, 4096): (1.19, 1.34),
-    (1024, 4096): (1.27, 1.32), (2048, 4096): (1.27, 1.38), (4096, 4096): (1.32, 1.45),
-    (8192, 4096): (1.31, 1.47), (16384, 4096): (1.34, 1.49),
-    (128, 9216): (1.12, 1.4), (256, 9216): (1.13, 1.2), (512, 9216): (1.07, 1.15),
-    (1024, 9216): (1.13, 1.18), (2048, 9216): (1.14, 1.18), (4096, 9216): (1.15, 1.2),
-    (8192, 9216): (1.05, 1.18), (16384, 9216): (1.04, 1.16),
+    (128, 1024): (1.3, 1.74), (192, 1024): (1.29, 1.37), (256, 1024): (1.52, 1.45),
+    (320, 1024): (1.37, 1.32), (384, 1024): (1.43, 1.38), (448, 1024): (1.34, 1.36),
+    (512, 1024): (1.52, 1.42), (576, 1024): (1.06, 1.24), (640, 1024): (1.19, 1.31),
+    (704, 1024): (0.97, 1.29), (768, 1024): (1.42, 1.33), (832, 1024): (1.25, 1.34),
+    (896, 1024): (1.27, 1.39), (960, 1024): (1.01, 1.36), (1024, 1024): (1.56, 1.39),
+    (1152, 1024): (1.21, 1.38), (1280, 1024): (1.5, 1.37), (1408, 1024): (1.26, 1.42),
+    (1536, 1024): (1.62, 1.45), (1664, 1024): (1.33, 1.4), (1792, 1024): (1.53, 1.37),
+    (1920, 1024): (1.43, 1.46), (2048, 1024): (1.64, 1.43), (2560, 1024): (1.77, 1.53),
+    (3072, 1024): (1.78, 1.53), (3584, 1024): (1.8, 1.55), (4096, 1024): (1.87, 1.56),
+    (6144, 1024): (1.82, 1.53), (8192, 1024): (2.01, 1.57), (16384, 1024): (2.11, 1.59),
+    (128, 2048): (1.21, 1.64), (192, 2048): (1.02, 1.2), (256, 2048): (1.24, 1.33),
+    (320, 2048): (0.97, 1.27), (384, 2048): (1.17, 1.35), (448, 2048): (1.19, 1.34),
+    (512, 2048): (1.31, 1.36), (576, 2048): (0.79, 1.18), (640, 2048): (0.96, 1.19),
+    (704, 2048): (0.83, 1.26), (768, 2048): (1.22, 1.32), (832, 2048): (1.08, 1.35),
+    (896, 2048): (1.1, 1.38), (960, 2048): (0.97, 1.37), (1024, 2048): (1.32, 1.4),
+    (1152, 2048): (1.14, 1.36), (1280, 2048): (1.26, 1.38), (1408, 2048): (1.14, 1.39),
+    (1536, 2048): (1.4, 1.45), (1664, 2048): (1.23, 1.39), (1792, 2048): (1.33, 1.42),
+    (1920, 2048): (1.41, 1.46), (2048, 2048): (1.42, 1.5), (2560, 2048): (1.57, 1.55),
+    (3072, 2048): (1.56, 1.56), (3584, 2048): (1.59, 1.59), (4096, 2048): (1.57, 1.6),
+    (6144, 2048): (1.56, 1.54), (8192, 2048): (1.59, 1.61), (16384, 2048): (1.61, 1.63),
+    (128, 4096): (1.21, 1.55), (192, 4096): (0.98, 1.11), (256, 4096): (1.26, 1.31),
+    (320, 4096): (0.78, 1.03), (384, 4096): (1.01, 1.14), (448, 4096): (0.93, 1.24),
+    (512, 4096): (1.15, 1.34), (576, 4096): (0.7, 0.91), (640, 4096): (0.81, 1.0),
+    (704, 4096): (0.82, 1.01), (768, 4096): (1.05, 1.13), (832, 4096): (0.97, 1.15),
+    (896, 4096): (0.98, 1.2), (960, 4096): (0.97, 1.29), (1024, 4096): (1.26, 1.31),
+    (1152, 4096): (0.99, 1.16), (1280, 4096): (1.1, 1.22), (1408, 4096): (1.08, 1.25),
+    (1536, 4096): (1.25, 1.35), (1664, 4096): (1.1, 1.21), (1792, 4096): (1.13, 1.27),
+    (1920, 4096): (1.2, 1.33), (2048, 4096): (1.26, 1.36), (2560, 4096): (1.34, 1.44),
+    (3072, 4096): (1.32, 1.44), (3584, 4096): (1.32, 1.44), (4096, 4096): (1.32, 1.45),
+    (6144, 4096): (1.27, 1.43), (8192, 4096): (1.31, 1.44), (16384, 4096): (1.34, 1.49),
+    (128, 9216): (1.12, 1.4), (192, 9216): (0.79, 0.89), (256, 9216): (1.09, 1.15),
+    (320, 9216): (0.65, 0.76), (384, 9216): (0.77, 0.95), (448, 9216): (0.82, 1.1),
+    (512, 9216): (1.06, 1.14), (576, 9216): (0.69, 0.77), (640, 9216): (0.82, 0.88),
+    (704, 9216): (0.79, 0.87), (768, 9216): (0.93, 0.99), (832, 9216): (0.98, 0.97),
+    (896, 9216): (0.98, 1.04), (960, 9216): (1.02, 1.14), (1024, 9216): (1.11, 1.17),
+    (1152, 9216): (0.86, 0.93), (1280, 9216): (0.93, 1.0), (1408, 9216): (1.0, 1.1),
+    (1536, 9216): (1.16, 1.2), (1664, 9216): (0.96, 0.98), (1792, 9216): (1.0, 1.05),
+    (1920, 9216): (1.05, 1.11), (2048, 9216): (1.13, 1.18), (2560, 9216): (1.21, 1.23),
+    (3072, 9216): (1.12, 1.22), (3584, 9216): (1.17, 1.22), (4096, 9216): (1.13, 1.2),
+    (6144, 9216): (1.18, 1.11), (8192, 9216): (1.05, 1.13), (16384, 9216): (1.04, 1.16),
 }
 MIN_SPEEDUP = 1.03  # above the ~3% run-to-run spread of the benchmark
 
 
-def _bracket(axis: list[int], v: int) -> tuple[int, int, float]:
-    """Neighbours of v on a sorted axis and v's position between them in log2 (0..1)."""
+def _around(axis: list[int], v: int) -> tuple[int, int]:
+    """The measured values of a sorted axis on either side of v (v itself where measured;
+    the edge outside the measured range)."""
     v = min(max(v, axis[0]), axis[-1])
-    hi = next(i for i, a in enumerate(axis) if a >= v)
-    lo = max(hi - 1, 0)
-    if axis[hi] == axis[lo]:
-        return axis[lo], axis[hi], 0.0
-    return axis[lo], axis[hi], (math.log2(v) - math.log2(axis[lo])) / (
-        math.log2(axis[hi]) - math.log2(axis[lo]))
+    hi = next(a for a in axis if a >= v)
+    lo = max(a for a in axis if a <= v)
+    return lo, hi
 
 
 def expected_speedup(mode: str, M: int, K: int) -> float:
+    """The lowest measured speedup among the table points around (M, K): the point itself
+    where measured, else the (up to four) neighbours in M and K."""
     which = 1 if mode == "ar" else 0
     ms = sorted({m for m, _ in MEASURED_2X_H200})
     ks = sorted({k for _, k in MEASURED_2X_H200})
-    m0, m1, fm = _bracket(ms, max(M, 1))
-    k0, k1, fk = _bracket(ks, max(K, 1))
-    at = lambda m, k: MEASURED_2X_H200[(m, k)][which]  # noqa: E731
-    lo = at(m0, k0) * (1 - fm) + at(m1, k0) * fm
-    hi = at(m0, k1) * (1 - fm) + at(m1, k1) * fm
-    return lo * (1 - fk) + hi * fk
+    return min(MEASURED_2X_H200[(m, k)][which]
+               for m in _around(ms, max(M, 1)) for k in _around(ks, max(K, 1)))
 
 
 def fused_wins(mode: str, M: int, N: int, K: int, world: int) -> bool:

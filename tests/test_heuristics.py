@@ -8,9 +8,12 @@ def test_measured_points_and_interpolation_between_them():
     for (m, k), (rs, ar) in table.items():
         assert heuristics.expected_speedup("rs", m, k) == pytest.approx(rs)
         assert heuristics.expected_speedup("ar", m, k) == pytest.approx(ar)
-    # halfway in log2 M between two measured rows: their mean
-    mid = heuristics.expected_speedup("rs", round(2048 * 2 ** 0.5), 1024)
-    assert mid == pytest.approx((table[(2048, 1024)][0] + table[(4096, 1024)][0]) / 2, rel=1e-3)
+    # between measured points: the lowest of the points around it, not an interpolation
+    # (the fused op's time steps with tile rows: 576 x 4096 measured far below 512 and 640)
+    assert heuristics.expected_speedup("rs", 544, 4096) == min(table[(512, 4096)][0],
+                                                               table[(576, 4096)][0])
+    corners = [table[(m, k)][1] for m in (2560, 3072) for k in (2048, 4096)]
+    assert heuristics.expected_speedup("ar", 3000, 3000) == min(corners)
     # outside the measured range: clamped to the edge
     assert heuristics.expected_speedup("ar", 64, 512) == pytest.approx(table[(128, 1024)][1])
     assert heuristics.expected_speedup("rs", 10 ** 6, 10 ** 5) == pytest.approx(table[(16384, 9216)][0])
@@ -46,3 +49,17 @@ def test_a_measured_tie_stays_unfused(monkeypatch):
     monkeypatch.setattr(heuristics, "MEASURED_2X_H200", table)
     assert not heuristics.fused_wins("rs", 512, 7168, 9216, 2)
     assert heuristics.fused_wins("ar", 512, 7168, 9216, 2)
+
+
+def test_off_grid_m_where_the_fused_op_lost_runs_unfused():
+    """Shapes between the grid's powers of two that measured below the unfused path (PERF.md
+    (p)) stay unfused, and so does anything between them and a winning neighbour."""
+    table = heuristics.MEASURED_2X_H200
+    assert table[(576, 4096)][0] < 1.0 and not heuristics.fused_wins("rs", 576, 7168, 4096, 2)
+    assert not heuristics.fused_wins("rs", 530, 7168, 4096, 2)  # 5 tile rows, like 576
+    assert not heuristics.fused_wins("rs", 320, 7168, 9216, 2)
+    assert heuristics.fused_wins("rs", 512, 7168, 4096, 2)
+    for (m, k), (rs, ar) in table.items():
+        for mode, v in (("rs", rs), ("ar", ar)):
+            if v < 1.0:
+                assert not heuristics.fused_wins(mode, m, 8192, k, 2), (mode, m, k)
