@@ -7,7 +7,12 @@ fused only if it won at every measured N: the grid's M (powers of two, 128-16384
 those M from (k) (docs/perf/k2048-2026-11-30k.json, before every change since, so it
 understates the fused op there), and M between them, multiples of 64 up to 1920 and 2560 /
 3072 / 3584 / 6144, at K 1024-9216 (docs/PERF.md (p), docs/perf/dense-m-2026-11-30p-*.json).
-Printed by ``scripts/heuristics_table.py`` from those files.
+Printed by ``scripts/heuristics_table.py`` from those files. To re-measure the points off the
+grid:
+
+    mpirun -n 2 python3 scripts/bench.py --plan-sweep --only mm_rs,rsar_rs,mm_ar,rsar_ar \
+        --N 7168 8192 --K 1024 2048 4096 9216 --M 192 320 384 448 576 640 704 768 832 896 \
+        960 1152 1280 1408 1536 1664 1792 1920 2560 3072 3584 6144 --json dense.json
 
 Off the grid's powers of two the fused op's time steps with the tile rows a plan needs and
 with rows two owners share (RS), so speedups are not smooth in M: 576 x 7168 x 4096 measured

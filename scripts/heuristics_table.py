@@ -1,6 +1,9 @@
 """Print the ``rsar_core.heuristics`` table from ``scripts/bench.py --json`` outputs.
 
-    python3 scripts/heuristics_table.py grid_7168.json grid_8192.json
+    python3 scripts/heuristics_table.py grid.json k2048.json dense.json
+
+(the grid, K=2048 at the grid's M, and the off-grid M of ``rsar_core.heuristics``'s docstring:
+every (M, K) of the product of the M and K seen must be present).
 
 Per (M, K): the lowest, over the measured N, of the RS and AR speedups over torch.mm + NCCL,
 rounded down to 2 digits (a shape runs fused only if every N of it won); paste the printed
