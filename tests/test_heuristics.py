@@ -63,3 +63,14 @@ def test_off_grid_m_where_the_fused_op_lost_runs_unfused():
         for mode, v in (("rs", rs), ("ar", ar)):
             if v < 1.0:
                 assert not heuristics.fused_wins(mode, m, 8192, k, 2), (mode, m, k)
+
+
+def test_the_table_covers_every_m_at_every_k():
+    """``expected_speedup`` looks up neighbours on both axes: a hole would raise KeyError."""
+    table = heuristics.MEASURED_2X_H200
+    ms = sorted({m for m, _ in table})
+    ks = sorted({k for _, k in table})
+    assert [(m, k) for m in ms for k in ks if (m, k) not in table] == []
+    for M in range(1, 20000, 37):
+        for K in (1, 1500, 3000, 5000, 20000):
+            heuristics.expected_speedup("rs", M, K)
