@@ -24,6 +24,8 @@ the kernel or the machine changes.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 # (M, K) -> (RS speedup, AR speedup), world 2
 MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {
     (128, 1024): (1.3, 1.74), (192, 1024): (1.29, 1.37), (256, 1024): (1.52, 1.45),
@@ -74,17 +76,28 @@ def _around(axis: list[int], v: int) -> tuple[int, int]:
     """The measured values of a sorted axis on either side of v (v itself where measured;
     the edge outside the measured range)."""
     v = min(max(v, axis[0]), axis[-1])
-    hi = next(a for a in axis if a >= v)
-    lo = max(a for a in axis if a <= v)
-    return lo, hi
+    i = bisect_left(axis, v)
+    return (axis[i] if axis[i] == v else axis[i - 1]), axis[i]
+
+
+_axes_of: tuple[object, list[int], list[int]] | None = None
+
+
+def _axes() -> tuple[list[int], list[int]]:
+    """The table's M and K axes, sorted; derived again only when the table object changes
+    (``should_run`` may be asked before every call)."""
+    global _axes_of
+    table = MEASURED_2X_H200
+    if _axes_of is None or _axes_of[0] is not table:
+        _axes_of = (table, sorted({m for m, _ in table}), sorted({k for _, k in table}))
+    return _axes_of[1], _axes_of[2]
 
 
 def expected_speedup(mode: str, M: int, K: int) -> float:
     """The lowest measured speedup among the table points around (M, K): the point itself
     where measured, else the (up to four) neighbours in M and K."""
     which = 1 if mode == "ar" else 0
-    ms = sorted({m for m, _ in MEASURED_2X_H200})
-    ks = sorted({k for _, k in MEASURED_2X_H200})
+    ms, ks = _axes()
     return min(MEASURED_2X_H200[(m, k)][which]
                for m in _around(ms, max(M, 1)) for k in _around(ks, max(K, 1)))
 
