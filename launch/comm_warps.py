@@ -49,6 +49,8 @@ class CommWarps:
     bulk_results = False
     # True: the peers-first schedule (``TilePlan.peers_first``)
     peers_first = False
+    # True (with peers_first): its flat order over all lists (``TilePlan.flat``)
+    flat = False
     # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
     pair_n = False
     # True (AR, unicast, bulk-copy pushes): every rank pushes every tile to every peer and
@@ -150,7 +152,18 @@ class CommWarps:
             # band); the peers-first order is compiled in (its variants only) so the default
             # ones stay as they are
             chunk_no = rnd  # which chunk of its list a lane works on
-            if cutlass.const_expr(self.peers_first):
+            if cutlass.const_expr(self.flat):
+                # one sequence: the peers' lists, then the own (``TilePlan.flat``)
+                pos = rnd * chunk + lane
+                for q in cutlass.range_constexpr(self.world):
+                    o = (rank + Int32(1 + q)) % Int32(self.world)
+                    n = (self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
+                         - self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M))
+                    if (t < Int32(0)) & (pos >= Int32(0)) & (pos < n):
+                        t = self._list_unit(o, Int32(0), Int32(1), pos, band, num_tiles,
+                                            tiles_m, tiles_n, local_M)
+                    pos = pos - n
+            elif cutlass.const_expr(self.peers_first):
                 part = rnd % Int32(self.world)
                 j = lane
                 chunk_no = rnd // Int32(self.world)
@@ -159,12 +172,13 @@ class CommWarps:
                 j = lane - part * chunk
                 if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
                     part = (part + rnd) % Int32(self.world)
-            o = rank
-            k = chunk_no - (lag & Int32(1))
-            if part < Int32(self.world - 1):
-                o = (rank + Int32(1) + part) % Int32(self.world)
-                k = chunk_no
-            t = self._list_unit(o, k, chunk, j, band, num_tiles, tiles_m, tiles_n, local_M)
+            if cutlass.const_expr(not self.flat):
+                o = rank
+                k = chunk_no - (lag & Int32(1))
+                if part < Int32(self.world - 1):
+                    o = (rank + Int32(1) + part) % Int32(self.world)
+                    k = chunk_no
+                t = self._list_unit(o, k, chunk, j, band, num_tiles, tiles_m, tiles_n, local_M)
         return t
 
     @cute.jit

@@ -67,6 +67,16 @@ parked for the rank itself, and the reductions wait until the CTA's last tile is
 RS does for tiles it shares with other owners: no push ever waits, so no cycle of waits can
 form. Every rank receives every tile, in receive slot t.
 
+Flat peers-first (``flat``; an experiment, 1-CTA)
+The peers-first order without its per-list rounds: position p = round * chunk + lane of one
+sequence, the peers' lists L_(r+1), ..., L_(r+world-1) and then r's own list, every list
+in its band order, chunk = the SM count (or every unit). Where a list's length is not a
+multiple of the chunk the per-list order idles lanes for a whole round; this one starts the
+next list in the same round (rounds = ceil(units / chunk) instead of world * ceil(longest /
+chunk)). A wait still only points backwards: rank r's own list comes after every other
+list, so its unit at position p waits for a peer's push of that unit, which the peer has at
+a position <= p among lists that precede its own: pushes, which never wait.
+
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
 L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
@@ -204,6 +214,7 @@ class TilePlan:
     band: int = 0
     pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
     push_all: bool = False  # AR: every rank pushes every tile to every peer (module docstring)
+    flat: bool = False  # peers-first over one flat order of all lists (module docstring)
 
     @property
     def sched_word(self) -> int:
@@ -293,6 +304,15 @@ class TilePlan:
         part, j = divmod(lane, self.chunk)
         if self.rotate:
             part = (part + rnd) % self.world
+        if self.peers_first and self.flat:
+            pos = rnd * self.chunk + lane
+            for q in range(self.world):  # L_(r+1), ..., L_(r+world-1), then L_r
+                o = (rank + 1 + q) % self.world
+                n = self.unit_list_start(o + 1) - self.unit_list_start(o)
+                if pos < n:
+                    return self._list_unit(o, pos)
+                pos -= n
+            return -1
         if self.peers_first:
             (rnd, part), j = divmod(rnd, self.world), lane
         if part < self.world - 1:
@@ -412,7 +432,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               cta_group: int | None = None, pair_ctas: int | None = None,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
-              pair_n: bool = False, push_all: bool | None = False) -> TilePlan:
+              pair_n: bool = False, push_all: bool | None = False,
+              flat: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -433,6 +454,15 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     bulk-copy pushes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if flat:
+        if mode == "gemm":
+            flat = False  # no exchange to order
+        elif (arch in BLACKWELL or cta_group not in (None, 1) or rotate or pair_n
+              or lag not in (None, 0) or peers_first is False):
+            raise ValueError("the flat peers-first order is a 1-CTA sm90 order, without "
+                             "rotation or the lag round")
+        else:
+            peers_first, cta_group, push_all = True, 1, False
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
     if push_all is None:
@@ -450,7 +480,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         cta_group, peers_first = 2, bool(peers_first)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
-                      pair_n=pair_n)
+                      pair_n=pair_n, flat=flat)
     return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
 
 
@@ -463,7 +493,8 @@ def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | 
 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
-               rotate: bool, peers_first: bool | None, pair_n: bool = False) -> TilePlan:
+               rotate: bool, peers_first: bool | None, pair_n: bool = False,
+               flat: bool = False) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
@@ -501,7 +532,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                     options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
                                               rotate=rotate, peers_first=peers_first,
-                                              pair_n=pair_n))
+                                              pair_n=pair_n, flat=flat))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
@@ -537,6 +568,10 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if peers_first:
         if rotate or lag == 1:
             raise ValueError("peers_first runs with lag 0 and without rotation")
+        if flat:
+            chunk = max(1, min(sm_count, base.num_units))
+            return replace(base, grid=chunk, chunk=chunk,
+                           rounds=ceil_div(base.num_units, chunk), peers_first=True, flat=True)
         chunk = max(1, min(sm_count, longest))
         return replace(base, grid=chunk, chunk=chunk, rounds=world * ceil_div(longest, chunk),
                        peers_first=True)

@@ -71,7 +71,7 @@ class Sm90FusedKernel(CommWarps):
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
-                 push_window: int = 0, trace: int = 0) -> None:
+                 push_window: int = 0, flat: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -97,6 +97,8 @@ class Sm90FusedKernel(CommWarps):
         instead of copying every result after the last tile (``CommWarps``).
         ``push_window`` (bulk-copy pushes): at most this many of a CTA's sub-tile copy groups
         in flight after each push (0: a tile's copies all at once; ``CommWarps``).
+        ``flat`` (with ``peers_first``, 1-CTA; an experiment): the peers-first order as one
+        flat sequence over every list (``launch.plan``, ``TilePlan.flat``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -111,6 +113,9 @@ class Sm90FusedKernel(CommWarps):
         self.tma_push = push in ("tma", "tma_all")
         self.bulk_results = push == "tma_all"
         self.peers_first = bool(peers_first)
+        self.flat = bool(flat)
+        if self.flat and (not self.peers_first or cta_group != 1):
+            raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)

@@ -126,6 +126,9 @@ class GemmRsAr:
         # a time (``Sm90FusedKernel`` ``push_window``); None: the rule of
         # ``launch.cache.default_push_window`` (AR owner plans, RS peers-first plans)
         self.force_push_window: bool | None = None
+        # sm90 fused plans: the peers-first order as one flat sequence over every list
+        # (``launch.plan``, ``TilePlan.flat``; an experiment)
+        self.force_flat = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -187,7 +190,8 @@ class GemmRsAr:
                          rotate=self.force_rotate, peers_first=self.force_peers_first,
                          band=self.force_band if band is None else band,
                          pair_n=self.force_pair_n,
-                         push_all=self._push_all(mode or self.mode))
+                         push_all=self._push_all(mode or self.mode),
+                         flat=self.force_flat and self.arch == "sm_90a")
 
     def _push_all(self, mode: str) -> bool | None:
         """``make_plan``'s push_all: forced (AR only), or the default for this transport."""
@@ -238,7 +242,7 @@ class GemmRsAr:
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
-               self.force_early_copy, self.force_push_window)
+               self.force_early_copy, self.force_push_window, self.force_flat)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -252,6 +256,7 @@ class GemmRsAr:
                                    pdl=pdl, prefetch=prefetch,
                                    early_copy=self._early_copy(plan),
                                    push_window=self._push_window(plan, push),
+                                   flat=int(plan.flat),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

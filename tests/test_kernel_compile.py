@@ -215,3 +215,15 @@ def test_wider_push_window_still_waits_for_reads_before_a_slot_is_reused(ptx_of)
                          push_window=2))
     assert "cp.async.bulk.wait_group 1;" in ptx
     assert "cp.async.bulk.wait_group.read 0;" in ptx
+
+
+def test_flat_peers_first_variant_compiles(ptx_of):
+    """The flat peers-first order (``TilePlan.flat``) is a compiled-in schedule: its variant
+    builds for sm_90a and carries the protocol's instructions; it refuses other shapes."""
+    from launch.cache import kernel_for
+    v = Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", peers_first=1, flat=1, pdl=1,
+                prefetch=1, push_window=1)
+    assert_protocol_ptx(ptx_of(v), v)
+    assert "flat=1" in v.describe()
+    with pytest.raises(ValueError, match="flat"):
+        kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", flat=1))

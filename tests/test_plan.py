@@ -745,3 +745,55 @@ def test_early_copies_cover_every_result_once_and_wait_on_earlier_rounds(world, 
                         owner = p.tile_owner(t)
                         assert rounds[owner][t] == r + p.lag < r + 2
             assert sorted(copied) == [t for t in range(p.num_tiles) if p.tile_owner(t) != rank]
+
+
+@pytest.mark.parametrize("mode", ["rs", "ar"])
+@pytest.mark.parametrize("band", [0, None])
+def test_flat_peers_first_covers_every_tile_and_waits_only_on_pushes(mode, band):
+    """The flat peers-first order (``TilePlan.flat``): every rank computes every tile once in
+    ceil(units / chunk) rounds, and an own tile's wait points at a peer's position no later
+    than its own, inside the peer's run of peers' lists, where every unit is a push."""
+    for world, M, N in itertools.product((2, 3, 4), (1, 129, 300, 576, 1000, 4095, 8192),
+                                         (384, 7168)):
+        p = make_plan(M, N, 4096, world, 132, mode, band=band, flat=True)
+        assert p.flat and p.peers_first and p.cta_group == 1 and p.lag == 0
+        assert p.grid == p.chunk <= 132 and p.rounds == -(-p.num_units // p.chunk)
+        pos = []
+        for rank in range(world):
+            at = {}
+            for r in range(p.rounds):
+                for c in range(p.grid):
+                    t = p.scheduled(rank, c, r)
+                    if t >= 0:
+                        assert t not in at, (p, rank, t)
+                        at[t] = r * p.chunk + c
+            assert sorted(at) == list(range(p.num_tiles)), (p, rank)
+            pos.append(at)
+        for r in range(world):
+            own_from = p.num_units - p.list_len(r)  # where r's own list starts in its order
+            for t, here in pos[r].items():
+                if p.tile_owners(t) == [r]:
+                    assert here >= own_from, (p, r, t)
+                    for q in range(world):
+                        if q != r:
+                            peer_own_from = p.num_units - p.list_len(q)
+                            assert pos[q][t] <= here and pos[q][t] < peer_own_from, (p, r, q, t)
+
+
+def test_flat_peers_first_uses_fewer_rounds_where_lists_are_uneven():
+    flat = make_plan(576, 7168, 4096, 2, 132, "rs", bn=128, flat=True)
+    per_list = make_plan(576, 7168, 4096, 2, 132, "rs", bn=128, peers_first=True, cta_group=1)
+    assert flat.rounds == 3 and per_list.rounds == 4
+    even = make_plan(512, 7168, 4096, 2, 132, "rs", bn=128, flat=True)
+    assert even.rounds == 2 and even.grid == 132
+
+
+def test_flat_peers_first_refuses_what_it_cannot_combine():
+    for kw in (dict(cta_group=2), dict(rotate=True), dict(lag=1), dict(pair_n=True),
+               dict(peers_first=False), dict(arch="sm_100a")):
+        with pytest.raises(ValueError, match="flat"):
+            make_plan(1000, 7168, 1024, 2, 132, "rs", flat=True, **kw)
+    g = make_plan(1000, 7168, 1024, 2, 132, "gemm", flat=True)  # no exchange to order
+    assert not g.flat and g == make_plan(1000, 7168, 1024, 2, 132, "gemm")
+    a = make_plan(128, 7168, 1024, 2, 132, "ar", flat=True, push_all=None)
+    assert a.flat and not a.push_all

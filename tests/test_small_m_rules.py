@@ -63,6 +63,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
     op.force_early_copy = op.force_push_window = None
+    op.force_flat = False
     op._plans = {}
     return op
 
@@ -152,3 +153,15 @@ def test_op_push_window_rule(variants):
     op.force_push_window = True
     op._plan_and_kernel(1024, 1024, "rs")
     assert variants[-1].push_window == 0
+
+
+def test_op_flat_knob_launches_the_flat_variant(variants):
+    op = _op("rs")
+    op.force_flat = True
+    plan, _ = op._plan_and_kernel(576, 4096, "rs")
+    assert plan.flat and variants[-1].flat == 1 and variants[-1].peers_first == 1
+    plan, _ = op._plan_and_kernel(576, 4096, "gemm")
+    assert not plan.flat and variants[-1].flat == 0
+    op.force_flat = False
+    plan, _ = op._plan_and_kernel(576, 4096, "rs")
+    assert not plan.flat and variants[-1].flat == 0

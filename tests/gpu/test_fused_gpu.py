@@ -582,3 +582,17 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
         assert None not in done[:n] and all(d is None for d in done[n:]), (c, n, done)
         assert done[:n] == sorted(done[:n]), (c, done)
         assert n == 0 or done[0] >= ev["first_stamped"][c], (c, done)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [64, 4096])
+@pytest.mark.parametrize("M", [1, 129, 300, 576, 1000, 2000])
+def test_flat_peers_first_correct(comm, M, K, ar):
+    """The peers-first order as one flat sequence over every list (``force_flat``): fresh
+    inputs, NaN-poisoned output, against the float64 reference."""
+    op = get_op(comm, 7168, ar)
+    op.force_flat = True
+    try:
+        check(op, seed=M * 17 + K + int(ar), M=M, K=K)
+    finally:
+        op.force_flat = False
