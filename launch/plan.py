@@ -67,7 +67,7 @@ parked for the rank itself, and the reductions wait until the CTA's last tile is
 RS does for tiles it shares with other owners: no push ever waits, so no cycle of waits can
 form. Every rank receives every tile, in receive slot t.
 
-Flat peers-first (``flat``; an experiment, 1-CTA)
+Flat peers-first (``flat``; 1-CTA, ``choose_flat``: five and six tile rows, K <= 4096)
 The peers-first order without its per-list rounds: position p = round * chunk + lane of one
 sequence, the peers' lists L_(r+1), ..., L_(r+world-1) and then r's own list, every list
 in its band order, chunk = the SM count (or every unit). Where a list's length is not a
@@ -187,6 +187,19 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     if mode == "ar" and 2 * BM < M <= 3 * BM:
         return None, True, False
     return None, False, False
+
+
+def choose_flat(M: int, K: int, mode: str) -> bool:
+    """Whether a fused sm90 plan nothing else was forced on runs the flat peers-first order
+    (module docstring). Measured on 2x H200 (docs/PERF.md (q), two runs, N 7168 and 8192,
+    against the plans of ``choose_small_m``): at five and six tile rows (M 513-768) with
+    K <= 4096 the per-list order leaves most lanes idle in each list's last round, or the
+    lane cost picks 224/256-wide tiles on 96 CTAs; one flat sequence of 128-wide tiles on
+    every SM runs RS +3..+29% (K=2048: 576-704 rows go from 0.79-0.98x of torch.mm + NCCL
+    to 0.97-1.13x) and AR +3..+8%. At four tile rows and below the lists are even (a
+    2-4% loss), at K=9216 the round order's lag round wins (RS -3..-8%), and from nine tile
+    rows the two orders split by shape (-8..+18%)."""
+    return mode in ("rs", "ar") and K <= 4096 and 4 * BM < M <= 6 * BM
 
 
 @dataclass(frozen=True)
@@ -433,7 +446,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
-              flat: bool = False) -> TilePlan:
+              flat: bool | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -454,6 +467,10 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     bulk-copy pushes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if flat is None:
+        flat = (peers_first is None and push_all is not True
+                and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
+                and choose_flat(M, K, mode))
     if flat:
         if mode == "gemm":
             flat = False  # no exchange to order

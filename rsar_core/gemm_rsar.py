@@ -127,8 +127,8 @@ class GemmRsAr:
         # ``launch.cache.default_push_window`` (AR owner plans, RS peers-first plans)
         self.force_push_window: bool | None = None
         # sm90 fused plans: the peers-first order as one flat sequence over every list
-        # (``launch.plan``, ``TilePlan.flat``; an experiment)
-        self.force_flat = False
+        # (``launch.plan``, ``TilePlan.flat``); None: ``choose_flat`` decides (M 513-768)
+        self.force_flat: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -191,7 +191,7 @@ class GemmRsAr:
                          band=self.force_band if band is None else band,
                          pair_n=self.force_pair_n,
                          push_all=self._push_all(mode or self.mode),
-                         flat=self.force_flat and self.arch == "sm_90a")
+                         flat=self.force_flat if self.arch == "sm_90a" else False)
 
     def _push_all(self, mode: str) -> bool | None:
         """``make_plan``'s push_all: forced (AR only), or the default for this transport."""

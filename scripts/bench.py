@@ -259,8 +259,9 @@ class Bench:
                                            peers_first=True), sets)
                 cols[f"{m}_pflsu"] = (_forced(ops[m], 1, None, ops[m], push="lsu",
                                               peers_first=True), sets)
-                # the peers-first order as one flat sequence (an experiment)
+                # the peers-first order as one flat sequence, forced on and off
                 cols[f"{m}_pff"] = (_with(ops[m], ops[m], force_flat=True), sets)
+                cols[f"{m}_nopff"] = (_with(ops[m], ops[m], force_flat=False), sets)
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)

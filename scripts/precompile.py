@@ -38,7 +38,9 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                               default_push, default_push_window)
     from launch.plan import make_plan
     kinds = set()
-    Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)} | {129, 1000})
+    # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
+    Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
+                | set(range(64, 4097, 64)) | {129, 1000})
     for M in Ms:
         for K in (64, 512, 1024, 2048, 4096, 8192, 9216, 13056, 16384):
             for N in (128, 384, 896, 2048, 4096, 7168, 8192, 10240):
@@ -50,14 +52,14 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                         p = make_plan(M, N, K, world, 132, mode, arch=arch,
                                       push_all=auto_push_all(mode, tr, push))
                         kinds.add((p.bn, mode, tr, push, p.cta_group, int(p.peers_first),
-                                   int(p.pair_n), int(p.push_all),
+                                   int(p.pair_n), int(p.push_all), int(p.flat),
                                    default_early_copy(arch, tr, p),
                                    default_push_window(arch, tr, push, p)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
-                    push_all=pa, pdl=pdl, prefetch=default_prefetch(arch, world, tr, mode),
-                    early_copy=ec, push_window=pw)
-            for bn, mode, tr, push, cg, pf, pn, pa, ec, pw in sorted(kinds)]
+                    push_all=pa, flat=fl, pdl=pdl,
+                    prefetch=default_prefetch(arch, world, tr, mode), early_copy=ec, push_window=pw)
+            for bn, mode, tr, push, cg, pf, pn, pa, fl, ec, pw in sorted(kinds)]
 
 
 def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:

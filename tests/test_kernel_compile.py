@@ -64,6 +64,8 @@ VARIANTS = [
     # AR's default at one tile row over NVLink multicast, with PDL as launched by default
     # (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),
+    # the flat peers-first order AR takes at five and six tile rows, over NVLink multicast
+    Variant("sm_90a", 128, 2, "ar", "multicast", peers_first=1, flat=1, pdl=1),
 ]
 
 

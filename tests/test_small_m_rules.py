@@ -4,7 +4,7 @@ import pytest
 
 import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE, auto_push_all
-from launch.plan import choose_gemm_width, choose_push_all, make_plan
+from launch.plan import choose_flat, choose_gemm_width, choose_push_all, make_plan
 from rsar_core.gemm_rsar import GemmRsAr
 
 
@@ -63,7 +63,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_rotate = op.force_pair_n = False
     op.force_stages = 0
     op.force_early_copy = op.force_push_window = None
-    op.force_flat = False
+    op.force_flat = None
     op._plans = {}
     return op
 
@@ -162,6 +162,33 @@ def test_op_flat_knob_launches_the_flat_variant(variants):
     assert plan.flat and variants[-1].flat == 1 and variants[-1].peers_first == 1
     plan, _ = op._plan_and_kernel(576, 4096, "gemm")
     assert not plan.flat and variants[-1].flat == 0
-    op.force_flat = False
+    op.force_flat = False  # forced off where the rule would take it
     plan, _ = op._plan_and_kernel(576, 4096, "rs")
     assert not plan.flat and variants[-1].flat == 0
+    op.force_flat = None  # the rule: five and six tile rows at K <= 4096
+    plan, _ = op._plan_and_kernel(576, 4096, "rs")
+    assert plan.flat and variants[-1].flat == 1
+    plan, _ = op._plan_and_kernel(512, 4096, "rs")
+    assert not plan.flat and variants[-1].flat == 0
+
+
+@pytest.mark.parametrize("M,K,mode,want", [
+    (513, 1024, "rs", True), (576, 2048, "rs", True), (704, 4096, "ar", True),
+    (768, 4096, "rs", True), (512, 4096, "rs", False), (769, 2048, "rs", False),
+    (640, 9216, "rs", False), (640, 4097, "ar", False), (640, 4096, "gemm", False)])
+def test_choose_flat(M, K, mode, want):
+    assert choose_flat(M, K, mode) is want
+
+
+def test_flat_rule_yields_to_forced_knobs():
+    assert make_plan(640, 7168, 4096, 2, 132, "rs").flat
+    assert make_plan(640, 7168, 4096, 2, 132, "ar", push_all=None).flat
+    assert not make_plan(640, 7168, 4096, 2, 132, "ar", push_all=None).push_all
+    assert not make_plan(640, 7168, 4096, 2, 132, "rs", arch="sm_100a").flat
+    for kw in ({"bn": 224}, {"cta_group": 2}, {"lag": 1}, {"peers_first": True},
+               {"peers_first": False}, {"flat": False}, {"rotate": True}):
+        p = make_plan(640, 7168, 4096, 2, 132, "rs", **kw)
+        assert not p.flat, kw
+    # forced on where the rule says no: the same order, at the width of least lane cost
+    p = make_plan(1152, 7168, 9216, 2, 132, "rs", flat=True)
+    assert p.flat and p.peers_first and p.rounds == 2

@@ -595,4 +595,16 @@ def test_flat_peers_first_correct(comm, M, K, ar):
     try:
         check(op, seed=M * 17 + K + int(ar), M=M, K=K)
     finally:
-        op.force_flat = False
+        op.force_flat = None
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M,K", [(513, 1024), (576, 4096), (640, 2048), (703, 4096),
+                                 (768, 1024)])
+def test_flat_peers_first_by_default(comm, M, N, K, ar):
+    """Five and six tile rows at K <= 4096 take the flat peers-first order by default
+    (``launch.plan.choose_flat``), at whatever width its lane cost picks per N."""
+    op = get_op(comm, N, ar)
+    assert op.plan(M, K).flat
+    check(op, seed=M * 31 + K + N + int(ar), M=M, K=K)
