@@ -19,7 +19,7 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "early_copy", "push_window", "flat", "trace")
+          "early_copy", "push_window", "flat", "sk", "trace")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Variant:
     early_copy: int = 0  # 1: AR copies each pushed tile's result back early (Sm90FusedKernel)
     push_window: int = 0  # n > 0: at most n sub-tile push groups in flight (Sm90FusedKernel)
     flat: int = 0  # 1: the peers-first order as one flat sequence (plans with flat)
+    sk: int = 0  # 1: the stream-K tail (plans with sk)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

@@ -51,6 +51,8 @@ class CommWarps:
     peers_first = False
     # True (with peers_first): its flat order over all lists (``TilePlan.flat``)
     flat = False
+    # True (1-CTA flat orders): the stream-K tail (``TilePlan.sk``, ``_segment``)
+    sk = False
     # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
     pair_n = False
     # True (AR, unicast, bulk-copy pushes): every rank pushes every tile to every peer and
@@ -128,9 +130,42 @@ class CommWarps:
         return s
 
     @cute.jit
-    def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
+    def _segment(self, lane, rnd, chunk, num_units, k_tiles):
+        """(position in the flat order or -1, first k-tile, end k-tile) of lane ``lane`` in
+        round (segment) ``rnd`` (``TilePlan.segment``): whole units unless ``sk``."""
+        pos = rnd * chunk + lane
+        lo = Int32(0)
+        hi = k_tiles
+        if cutlass.const_expr(self.sk):
+            f = num_units // chunk
+            r = num_units - f * chunk
+            if (rnd >= f - Int32(1)) & (f >= Int32(1)) & (r > Int32(0)):
+                total = (chunk + r) * k_tiles
+                s0 = lane * total // chunk
+                e0 = (lane + Int32(1)) * total // chunk
+                u = s0 // k_tiles + (rnd - (f - Int32(1)))
+                lo = cutlass.max(s0, u * k_tiles)
+                hi = cutlass.min(e0, (u + Int32(1)) * k_tiles)
+                pos = Int32(-1)
+                if lo < hi:
+                    pos = (f - Int32(1)) * chunk + u
+                lo = lo - u * k_tiles
+                hi = hi - u * k_tiles
+        return pos, lo, hi
+
+    @cute.jit
+    def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
+                        k_tiles=None):
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
-        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``)."""
+        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``; ``k_tiles``: the stream-K
+        tail's cuts, ``sk`` kernels only)."""
+        if cutlass.const_expr(self.sk):
+            pos, _, _ = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
+            rnd = pos // chunk
+            lane = pos - rnd * chunk
+            if pos < Int32(0):  # idle: a position past every unit
+                rnd = num_tiles
+                lane = Int32(0)
         units_m = tiles_m  # rows of units: tile rows, or pair-tile rows
         units_n = self._units_n(tiles_n)
         num_units = num_tiles
@@ -218,14 +253,20 @@ class CommWarps:
         return (b * band + (within - tn * r)) * tiles_n + tn
 
     @cute.jit
-    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M):
-        """The tile this CTA computes in round ``rnd``, or -1 (see ``TilePlan.scheduled``).
+    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
+                   k_tiles=None):
+        """The tile this CTA finishes in round ``rnd``, or -1 (see ``TilePlan.scheduled``).
         With 2-CTA pairs: the even / odd tile of the cluster's pair-tile; an odd tile row
-        past the last one (zero-filled padding) is -1: computed, never communicated."""
+        past the last one (zero-filled padding) is -1: computed, never communicated. A
+        stream-K piece stored for the lane before (``sk``) is -1 too."""
         t = Int32(-1)
         if cutlass.const_expr(self.cta_group == 1):
             t = self._scheduled_unit(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                     local_M)
+                                     local_M, k_tiles)
+            if cutlass.const_expr(self.sk):
+                _, lo, _ = self._segment(cta, rnd, chunk, num_tiles, k_tiles)
+                if lo > Int32(0):
+                    t = Int32(-1)
         else:
             u = self._scheduled_unit(rank, cta // Int32(2), rnd, chunk, lag, num_tiles, tiles_m,
                                      tiles_n, local_M)
@@ -286,7 +327,7 @@ class CommWarps:
     def _comm_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe, sC_ptr,
                    out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
                    chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
-                   part_off, out_off):
+                   part_off, out_off, k_tiles=None):
         epoch = Int32(0)
         if cutlass.const_expr(self.comm):
             epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
@@ -306,7 +347,8 @@ class CommWarps:
         tiles_done = Int32(0)  # trace: tiles this CTA has finished
 
         for rnd in range(rounds):
-            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
+                                k_tiles)
             if t >= Int32(0):
                 first = (ctid == 0) & (tiles_done == Int32(0))
                 tm = t // tiles_n
@@ -423,7 +465,8 @@ class CommWarps:
         if cutlass.const_expr(self.mode == "rs" or self.push_all):
             # tiles shared with other owners: every push of this CTA is out, now sum own rows
             for rnd in range(rounds):
-                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M)
+                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                    local_M, k_tiles)
                 if t >= Int32(0):
                     tm = t // tiles_n
                     tn = t - tm * tiles_n

@@ -2,6 +2,9 @@
 
     CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
     TRACE   per-CTA event times of the last launch of a trace variant (``launch.trace``)
+    SK      stream-K tails (``launch.plan``): a u32 flag per lane (set by the lane that stored
+            its first piece, cleared by the lane that adds it: local, so no epoch), then a
+            slot of BM x BN fp32 accumulators per lane
     ARRIVE  u32 stamps [tile][src]: src has delivered its partial of tile for epoch e (value e+1)
     RESULT  u32 stamps [tile]: the owner has broadcast the reduced tile (AR)
     RECV    (unicast) world regions of tile-contiguous bf16 partial slots: one per peer, and
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, TILE_NS, ceil_div, max_recv_slots
+from .plan import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -29,6 +32,8 @@ TRACE_OFF = 4096
 TRACE_EVENTS = 34    # u64 %globaltimer values per CTA
 TRACE_CTAS = 256
 TRACE_BYTES = TRACE_CTAS * TRACE_EVENTS * 8
+SK_OFF = -(-(TRACE_OFF + TRACE_BYTES) // _ALIGN) * _ALIGN  # a constant the kernels build in
+SK_SLOTS_OFF = SK_OFF + _ALIGN  # after the flags
 
 
 def _up(x: int, a: int = _ALIGN) -> int:
@@ -53,7 +58,9 @@ class WorkspaceLayout:
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
         max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
-        off = _up(TRACE_OFF + TRACE_BYTES)
+        # one stream-K slot per lane that can have a piece (every lane, at most one tile each)
+        sk_lanes = min(SK_CTAS, max_tiles)
+        off = _up(SK_SLOTS_OFF + sk_lanes * BM * min(max(TILE_NS), N) * 4)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)
         result_off = off

@@ -77,6 +77,21 @@ chunk)). A wait still only points backwards: rank r's own list comes after every
 list, so its unit at position p waits for a peer's push of that unit, which the peer has at
 a position <= p among lists that precede its own: pushes, which never wait.
 
+Stream-K tail (``sk``; flat orders on 1-CTA tiles: the plain GEMM, flat peers-first)
+Where the units do not fill whole rounds (U = F * G + R units on G lanes, 0 < R < G) the last
+round leaves G - R lanes idle for a whole tile time, and off the grid's powers of two that is
+up to half the call (M=576: 280 units, 132 lanes, three rounds for 2.1 rounds of work). With
+``sk`` the first F - 1 rounds run as before and the last G + R units are cut by K-tiles into
+G equal ranges, lane c taking k-iterations [c * I // G, (c + 1) * I // G) of them in order
+(I = (G + R) * KT, KT k-tiles a unit): at least KT iterations a lane, so a unit spans at most
+two lanes and a lane at most three units (``segment``). The piece of a unit that starts at
+k = 0 finishes it; the other piece is the first thing the next lane computes: it stores its
+fp32 accumulators in this rank's workspace (``layout.SK_OFF``) and sets a flag, and the
+finishing lane, which reaches the unit at the end of its range, adds them and goes on with
+the tile's epilogue and exchange as if it had computed all of K. A stored piece waits for
+nothing, so the finisher's wait on it cannot close a cycle. Segments replace rounds: F - 1
+whole rounds, then three segments (some lanes have two).
+
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
 L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
@@ -99,6 +114,8 @@ TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
 MAX_BAND = 255
+# Stream-K tails (module docstring): lanes whose pieces the workspace has slots for
+SK_CTAS = 160
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
 # grows with M; workspaces hold their receive slots up to this M
 PUSH_ALL_MAX_M = 1024
@@ -228,6 +245,8 @@ class TilePlan:
     pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
     push_all: bool = False  # AR: every rank pushes every tile to every peer (module docstring)
     flat: bool = False  # peers-first over one flat order of all lists (module docstring)
+    sk: bool = False  # a stream-K tail: the last G + R units cut by K (module docstring)
+    k_tiles: int = 0  # K // BK (the stream-K cuts)
 
     @property
     def sched_word(self) -> int:
@@ -307,8 +326,36 @@ class TilePlan:
         pm, rem = divmod(s, 2 * self.tiles_n)
         return pm * self.tiles_n + min(rem, self.tiles_n)
 
+    def segment(self, lane: int, rnd: int) -> tuple[int, int, int]:
+        """(position in the flat order, first k-tile, end k-tile) of what lane ``lane`` computes
+        in round (segment) ``rnd``; position -1: idle. Whole units unless ``sk`` (module
+        docstring; the kernels' ``CommWarps._segment``)."""
+        pos, kt = rnd * self.chunk + lane, self.k_tiles
+        if not self.sk:
+            return pos, 0, kt
+        g = self.chunk
+        f, r = divmod(self.num_units, g)
+        if rnd < f - 1:
+            return pos, 0, kt
+        j, total = rnd - (f - 1), (g + r) * kt
+        s0, e0 = lane * total // g, (lane + 1) * total // g
+        u = s0 // kt + j
+        lo, hi = max(s0, u * kt), min(e0, (u + 1) * kt)
+        if lo >= hi:
+            return -1, 0, 0
+        return (f - 1) * g + u, lo - u * kt, hi - u * kt
+
+    def finishes(self, lane: int, rnd: int) -> bool:
+        """Whether that segment ends with the unit's epilogue (it starts at k = 0): a piece
+        that starts later is stored for the lane before it."""
+        pos, lo, _ = self.segment(lane, rnd)
+        return pos >= 0 and lo == 0
+
     def scheduled_unit(self, rank: int, lane: int, rnd: int) -> int:
         """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
+        if self.sk:
+            pos = self.segment(lane, rnd)[0]
+            rnd, lane = divmod(pos, self.chunk) if pos >= 0 else (self.rounds, 0)
         if self.mode == "gemm" or self.push_all:
             u = rnd * self.chunk + lane
             if u >= self.num_units:
@@ -344,8 +391,11 @@ class TilePlan:
         return start + list_swizzle(idx, length, self.units_n, self.band)
 
     def scheduled(self, rank: int, cta: int, rnd: int) -> int:
-        """The tile CTA ``cta`` of ``rank`` computes in round ``rnd``, or -1 (idle)."""
+        """The tile CTA ``cta`` of ``rank`` finishes (computes, and hands to the exchange) in
+        round ``rnd``, or -1 (idle, or a stream-K piece stored for another lane)."""
         if self.cta_group == 1:
+            if self.sk and not self.finishes(cta, rnd):
+                return -1
             return self.scheduled_unit(rank, cta, rnd)
         u = self.scheduled_unit(rank, cta // 2, rnd)
         if u < 0:
@@ -446,7 +496,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
-              flat: bool | None = None) -> TilePlan:
+              flat: bool | None = None, sk: bool = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -467,6 +517,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     bulk-copy pushes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if sk and mode == "gemm" and cta_group is None:
+        cta_group = 1  # the stream-K tail cuts 1-CTA units
     if flat is None:
         flat = (peers_first is None and push_all is not True
                 and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
@@ -498,7 +550,22 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
                       pair_n=pair_n, flat=flat)
-    return replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
+    plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
+    return with_sk(plan, arch) if sk else plan
+
+
+def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:
+    """``plan`` with the stream-K tail (module docstring) where it has a partial last round
+    to spread; unchanged elsewhere (whole rounds, one round, or an order it does not apply
+    to). Raises ValueError for a plan that can never take it."""
+    if arch in BLACKWELL or plan.cta_group != 1 or plan.push_all or not (
+            plan.mode == "gemm" or (plan.peers_first and plan.flat)):
+        raise ValueError("the stream-K tail runs on sm90 1-CTA plans in a flat order (the "
+                         "plain GEMM, flat peers-first)")
+    f, r = divmod(plan.num_units, plan.chunk)
+    if f < 1 or r == 0 or plan.chunk > SK_CTAS:
+        return plan
+    return replace(plan, sk=True, k_tiles=ceil_div(plan.K, BK), rounds=f + 2)
 
 
 def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | None,

@@ -18,7 +18,7 @@ Int64 = cutlass.Int64
 # Error record (host-mapped int32[8]): what a timed-out wait reports.
 ERR_CODE, ERR_RANK, ERR_TILE, ERR_SRC, ERR_EPOCH, ERR_KIND = 0, 1, 2, 3, 4, 5
 ERR_TIMEOUT = 1
-KIND_ARRIVE, KIND_RESULT, KIND_DONE = 1, 2, 3
+KIND_ARRIVE, KIND_RESULT, KIND_DONE, KIND_SK = 1, 2, 3, 4
 
 
 @cute.jit
@@ -37,14 +37,17 @@ def report_timeout(err_addr: Int64, ws: Int64, rank: Int32, tile: Int32, src: In
 
 @cute.jit
 def wait_stamp(addr: Int64, target: Int32, timeout_ns: Int64, err_addr: Int64, ws: Int64,
-               rank: Int32, tile: Int32, src: Int32, epoch: Int32, kind: Int32):
-    """Spin until the stamp at ``addr`` reaches ``target`` (wrap-safe), or time out."""
-    v = ptx.ld_acquire_sys(addr)
+               rank: Int32, tile: Int32, src: Int32, epoch: Int32, kind: Int32,
+               local: cutlass.Constexpr = False):
+    """Spin until the stamp at ``addr`` reaches ``target`` (wrap-safe), or time out.
+    ``local``: the stamp comes from another SM of this GPU (GPU-scope acquire)."""
+    acquire = ptx.ld_acquire_gpu if local else ptx.ld_acquire_sys
+    v = acquire(addr)
     pending = (v - target) < Int32(0)
     if pending:
         t0 = ptx.globaltimer()
         while pending:
-            v = ptx.ld_acquire_sys(addr)
+            v = acquire(addr)
             pending = (v - target) < Int32(0)
             if pending:
                 aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)

@@ -56,6 +56,13 @@ def ld_acquire_sys(addr, *, loc=None, ip=None) -> Int32:
 
 
 @dsl_user_op
+def ld_acquire_gpu(addr, *, loc=None, ip=None) -> Int32:
+    """Acquire load at GPU scope: pairs with another SM's ``fence_gpu`` and flag store."""
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip)],
+                      "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l,~{memory}", loc, ip))
+
+
+@dsl_user_op
 def ld_relaxed_gpu(addr, *, loc=None, ip=None) -> Int32:
     return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip)],
                       "ld.relaxed.gpu.global.b32 $0, [$1];", "=r,l,~{memory}", loc, ip))
@@ -106,6 +113,12 @@ def fence_sys(*, loc=None, ip=None) -> None:
 
 
 @dsl_user_op
+def fence_gpu(*, loc=None, ip=None) -> None:
+    """fence.acq_rel.gpu: as ``fence_sys`` for a flag only this GPU reads."""
+    _asm(None, [], "fence.acq_rel.gpu;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
 def globaltimer(*, loc=None, ip=None) -> Int64:
     return Int64(_asm(T.i64(), [], "mov.u64 $0, %globaltimer;", "=l", loc, ip))
 
@@ -119,6 +132,20 @@ def nanosleep(ns, *, loc=None, ip=None) -> None:
 @dsl_user_op
 def st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
     _st_v4("st.global.v4.b32", addr, Int64, (a, b, c, d), loc, ip)
+
+
+@dsl_user_op
+def st_v4_f32(addr, a, b, c, d, *, loc=None, ip=None) -> None:
+    _asm(None, [_v(addr, Int64, loc, ip)] + [_v(x, Float32, loc, ip) for x in (a, b, c, d)],
+         "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_v4_f32_cg(addr, *, loc=None, ip=None):
+    """Four fp32 another SM of this GPU wrote, read through L2 (L1 may hold an older copy)."""
+    s = _asm(_struct(4, "f32"), [_v(addr, Int64, loc, ip)],
+             "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}", loc, ip)
+    return tuple(Float32(llvm.extractvalue(T.f32(), s, [i], loc=loc, ip=ip)) for i in range(4))
 
 
 @dsl_user_op

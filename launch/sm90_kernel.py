@@ -71,7 +71,7 @@ class Sm90FusedKernel(CommWarps):
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
-                 push_window: int = 0, flat: int = 0, trace: int = 0) -> None:
+                 push_window: int = 0, flat: int = 0, sk: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -97,8 +97,11 @@ class Sm90FusedKernel(CommWarps):
         instead of copying every result after the last tile (``CommWarps``).
         ``push_window`` (bulk-copy pushes): at most this many of a CTA's sub-tile copy groups
         in flight after each push (0: a tile's copies all at once; ``CommWarps``).
-        ``flat`` (with ``peers_first``, 1-CTA; an experiment): the peers-first order as one
-        flat sequence over every list (``launch.plan``, ``TilePlan.flat``).
+        ``flat`` (with ``peers_first``, 1-CTA): the peers-first order as one flat sequence
+        over every list (``launch.plan``, ``TilePlan.flat``).
+        ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the stream-K tail (``launch.plan``,
+        ``TilePlan.sk``): the last units cut by k-tiles over every lane, a unit's later piece
+        stored as fp32 in the workspace for the lane that finishes it.
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -116,6 +119,10 @@ class Sm90FusedKernel(CommWarps):
         self.flat = bool(flat)
         if self.flat and (not self.peers_first or cta_group != 1):
             raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
+        self.sk = bool(sk)
+        if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
+            raise ValueError("the stream-K tail runs on 1-CTA tiles in a flat order (the plain "
+                             "GEMM, or flat peers-first)")
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
@@ -175,6 +182,7 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError(f"{self.epi_slots} ring slots leave {self.ab_stage} mainloop stages "
                              f"at BN={bn}; at least 3 are needed")
         self.comm_bar = pipeline.NamedBarrier(barrier_id=2, num_threads=_COMM_THREADS)
+        self.mma_bar = pipeline.NamedBarrier(barrier_id=3, num_threads=self.num_mma_threads)
 
     # ------------------------------------------------------------------ host side
     def _layouts(self) -> None:
@@ -331,18 +339,20 @@ class Sm90FusedKernel(CommWarps):
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 for rnd in range(rounds):
                     u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
-                                             tiles_n, local_M)
+                                             tiles_n, local_M, k_tiles)
+                    _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
                     if u >= Int32(0):
                         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                         tAgA_t = tAgA[(None, tm, None)]
                         tBgB_t = tBgB[(None, tn, None)]
                         prod.reset_count()
-                        for _k in range(k_tiles):
+                        for _k in range(k_hi - k_lo):
                             ab_pipe.producer_acquire(prod)
-                            cute.copy(tma_a, tAgA_t[(None, prod.count)], tAsA[(None, prod.index)],
+                            kt = k_lo + prod.count
+                            cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
                                       tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
                                       mcast_mask=a_mask)
-                            cute.copy(tma_b, tBgB_t[(None, prod.count)], tBsB[(None, prod.index)],
+                            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
                                       tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
                                       mcast_mask=b_mask)
                             ab_pipe.producer_commit(prod)
@@ -352,12 +362,12 @@ class Sm90FusedKernel(CommWarps):
                 self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
                                 sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
                                 local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
-                                result_off, recv_off, region_bytes, part_off, out_off)
+                                result_off, recv_off, region_bytes, part_off, out_off, k_tiles)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
             self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
                            rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
-                           epi_pipe, ws, cta)
+                           epi_pipe, ws, cta, timeout_ns, err_addr)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
@@ -389,7 +399,7 @@ class Sm90FusedKernel(CommWarps):
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
-                  epi_pipe, ws, cta):
+                  epi_pipe, ws, cta, timeout_ns, err_addr):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -414,7 +424,8 @@ class Sm90FusedKernel(CommWarps):
         tiles_done = Int32(0)  # trace: tiles this CTA has finished
         for rnd in range(rounds):
             u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                     local_M)
+                                     local_M, k_tiles)
+            _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
             if u >= Int32(0):
                 first = (mtid == 0) & (tiles_done == Int32(0))
                 read_state.reset_count()
@@ -430,7 +441,7 @@ class Sm90FusedKernel(CommWarps):
                     tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 cute.nvgpu.warpgroup.commit_group()
                 read_state.advance()
-                for _k in range(1, k_tiles):
+                for _k in range(1, k_hi - k_lo):
                     ab_pipe.consumer_wait(read_state)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
@@ -446,7 +457,15 @@ class Sm90FusedKernel(CommWarps):
                 self._mark(ws, cta, trace.MMA_ACC_DONE, first)
 
                 _, _, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
-                if real:
+                finish = True
+                if cutlass.const_expr(self.sk):
+                    # a later piece is stored for the lane before and has no epilogue
+                    finish = k_lo == Int32(0)
+                    if k_lo > Int32(0):
+                        self._sk_store(mtid, acc, lane, ws)
+                    elif k_hi < k_tiles:
+                        self._sk_add(mtid, acc, lane, u, rank, ws, timeout_ns, err_addr)
+                if real & finish:
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
                             tRS_rD[v] = tRS_rAcc[e * size_rD + v]
@@ -461,3 +480,40 @@ class Sm90FusedKernel(CommWarps):
                     self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
+
+    # ------------------------------------------------------------------ stream-K pieces
+    @cute.jit
+    def _sk_slot(self, mtid, lane, ws):
+        """This thread's part of lane ``lane``'s slot: its accumulator fragment, 16 B per step,
+        the 256 threads' steps contiguous."""
+        return (ws + Int64(layout.SK_SLOTS_OFF) + Int64(lane) * Int64(BM * self.bn * 4)
+                + Int64(mtid * 16))
+
+    @cute.jit
+    def _sk_store(self, mtid, acc, lane, ws):
+        """A unit's later piece (``TilePlan.sk``): the fp32 accumulators into this lane's slot,
+        then its flag, for the lane before, which finishes the unit."""
+        slot = self._sk_slot(mtid, lane, ws)
+        for i in cutlass.range_constexpr(cute.size(acc) // 4):
+            ptx.st_v4_f32(slot + Int64(i * self.num_mma_threads * 16), acc[4 * i],
+                          acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+        self.mma_bar.arrive_and_wait()
+        if mtid == Int32(0):
+            ptx.fence_gpu()
+            ptx.st_relaxed_gpu(ws + Int64(layout.SK_OFF) + Int64(lane) * Int64(4), Int32(1))
+
+    @cute.jit
+    def _sk_add(self, mtid, acc, lane, u, rank, ws, timeout_ns, err_addr):
+        """The finishing piece: wait for the next lane's flag (its first work of the launch,
+        so it is set long before), clear it for the next launch, add that lane's slot."""
+        if mtid == Int32(0):
+            flag = ws + Int64(layout.SK_OFF) + Int64(lane + Int32(1)) * Int64(4)
+            protocol.wait_stamp(flag, Int32(1), timeout_ns, err_addr, ws, rank, u,
+                                lane + Int32(1), Int32(0), Int32(protocol.KIND_SK), True)
+            ptx.st_relaxed_gpu(flag, Int32(0))
+        self.mma_bar.arrive_and_wait()
+        slot = self._sk_slot(mtid, lane + Int32(1), ws)
+        for i in cutlass.range_constexpr(cute.size(acc) // 4):
+            v = ptx.ld_v4_f32_cg(slot + Int64(i * self.num_mma_threads * 16))
+            for j in cutlass.range_constexpr(4):
+                acc[4 * i + j] = acc[4 * i + j] + v[j]

@@ -14,7 +14,8 @@ class RsarTimeoutError(RsarError, RuntimeError):
     and build a new one on every rank.
     """
 
-    KINDS = {1: "partial tile", 2: "reduced tile", 3: "end of previous launch"}
+    KINDS = {1: "partial tile", 2: "reduced tile", 3: "end of previous launch",
+             4: "stream-K piece from the next CTA"}
 
     def __init__(self, rank: int, tile: int, src: int, epoch: int, kind: int) -> None:
         self.rank, self.tile, self.src, self.epoch, self.kind = rank, tile, src, epoch, kind

@@ -129,6 +129,9 @@ class GemmRsAr:
         # sm90 fused plans: the peers-first order as one flat sequence over every list
         # (``launch.plan``, ``TilePlan.flat``); None: ``choose_flat`` decides (M 513-768)
         self.force_flat: bool | None = None
+        # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the stream-K tail
+        # (``launch.plan``, ``TilePlan.sk``; an experiment)
+        self.force_sk = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -191,7 +194,8 @@ class GemmRsAr:
                          band=self.force_band if band is None else band,
                          pair_n=self.force_pair_n,
                          push_all=self._push_all(mode or self.mode),
-                         flat=self.force_flat if self.arch == "sm_90a" else False)
+                         flat=self.force_flat if self.arch == "sm_90a" else False,
+                         sk=self.force_sk and self.arch == "sm_90a")
 
     def _push_all(self, mode: str) -> bool | None:
         """``make_plan``'s push_all: forced (AR only), or the default for this transport."""
@@ -242,7 +246,7 @@ class GemmRsAr:
         key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
-               self.force_early_copy, self.force_push_window, self.force_flat)
+               self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -256,7 +260,7 @@ class GemmRsAr:
                                    pdl=pdl, prefetch=prefetch,
                                    early_copy=self._early_copy(plan),
                                    push_window=self._push_window(plan, push),
-                                   flat=int(plan.flat),
+                                   flat=int(plan.flat), sk=int(plan.sk),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -262,6 +262,8 @@ class Bench:
                 # the peers-first order as one flat sequence, forced on and off
                 cols[f"{m}_pff"] = (_with(ops[m], ops[m], force_flat=True), sets)
                 cols[f"{m}_nopff"] = (_with(ops[m], ops[m], force_flat=False), sets)
+                # and with the stream-K tail (an experiment)
+                cols[f"{m}_sk"] = (_with(ops[m], ops[m], force_flat=True, force_sk=True), sets)
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)
@@ -270,6 +272,10 @@ class Bench:
                 for bn in (128, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
+            cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True), sets)
+            for bn in (128, 256):
+                cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True,
+                                              force_bn=bn), sets)
             for bn in (64, 128, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)

@@ -797,3 +797,59 @@ def test_flat_peers_first_refuses_what_it_cannot_combine():
     assert not g.flat and g == make_plan(1000, 7168, 1024, 2, 132, "gemm")
     a = make_plan(128, 7168, 1024, 2, 132, "ar", flat=True, push_all=None)
     assert a.flat and not a.push_all
+
+
+@pytest.mark.parametrize("mode,kw", [("rs", {"flat": True}), ("ar", {"flat": True}),
+                                     ("gemm", {})])
+def test_stream_k_tail_covers_every_unit_and_balances_lanes(mode, kw):
+    """``TilePlan.sk``: every tile finished once per rank; a unit's pieces cover its K in
+    order, at most two of them, the later one the next lane's first work (its only store);
+    every lane's k-tiles within one of the mean; plans without a partial round unchanged."""
+    for M, N, K in [(576, 7168, 4096), (700, 8192, 9216), (1152, 7168, 2048), (300, 7168, 64),
+                    (3000, 8192, 4160), (2048, 7168, 1024)]:
+        for world in (2, 4):
+            p = make_plan(M, N, K, world, 132, mode, sk=True, **kw)
+            plain = make_plan(M, N, K, world, 132, mode, **kw)
+            f, r = divmod(p.num_units, p.chunk)
+            if f < 1 or r == 0:
+                assert p == plain
+                continue
+            assert p.sk and p.rounds == f + 2 and p.k_tiles == -(-K // 64)
+            loads = []
+            for rank in range(world):
+                finished, pieces = [], {}
+                for c in range(p.grid):
+                    load = 0
+                    for rnd in range(p.rounds):
+                        pos, lo, hi = p.segment(c, rnd)
+                        if pos < 0:
+                            continue
+                        load += hi - lo
+                        pieces.setdefault(p.scheduled_unit(rank, c, rnd), []).append(
+                            (lo, hi, c, rnd))
+                        t = p.scheduled(rank, c, rnd)
+                        assert (t >= 0) == (lo == 0)
+                        if t >= 0:
+                            finished.append(t)
+                    loads.append(load)
+                assert sorted(finished) == list(range(p.num_tiles))
+                for u, segs in pieces.items():
+                    segs.sort()
+                    assert [s[0] for s in segs] == [0] + [s[1] for s in segs[:-1]]
+                    assert segs[-1][1] == p.k_tiles and len(segs) <= 2
+                    if len(segs) == 2:
+                        (_, _, c0, _), (_, _, c1, r1) = segs
+                        assert c1 == c0 + 1 and r1 == f - 1  # the next lane, first SK segment
+            total = p.num_units * p.k_tiles
+            assert max(loads) - min(loads) <= p.k_tiles + 1
+            # the tail itself is balanced: within one k-tile across lanes
+            assert max(loads) <= -(-total // p.chunk) + 1
+
+
+def test_stream_k_tail_refuses_orders_it_cannot_cut():
+    with pytest.raises(ValueError, match="stream-K"):
+        make_plan(2048, 7168, 4096, 2, 132, "rs", sk=True)  # the round order
+    with pytest.raises(ValueError, match="stream-K"):
+        make_plan(4096, 7168, 4096, 2, 132, "gemm", sk=True, cta_group=2)
+    with pytest.raises(ValueError, match="stream-K"):
+        make_plan(576, 7168, 4096, 2, 132, "gemm", sk=True, arch="sm_100a")

@@ -64,6 +64,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_stages = 0
     op.force_early_copy = op.force_push_window = None
     op.force_flat = None
+    op.force_sk = False
     op._plans = {}
     return op
 

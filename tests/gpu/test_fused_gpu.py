@@ -608,3 +608,42 @@ def test_flat_peers_first_by_default(comm, M, N, K, ar):
     op = get_op(comm, N, ar)
     assert op.plan(M, K).flat
     check(op, seed=M * 31 + K + N + int(ar), M=M, K=K)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M,K", [(300, 4096), (576, 4096), (576, 9216), (700, 1024),
+                                 (1152, 2048), (1000, 64), (2000, 4160)])
+def test_stream_k_tail_correct(comm, M, N, K, ar):
+    """The flat order with the stream-K tail (``force_sk``): pieces of the last units
+    stored and added across lanes; fresh inputs, NaN-poisoned output, float64 reference;
+    then the plain plan on the same op is still right (flags cleared for the next launch)."""
+    op = get_op(comm, N, ar)
+    op.force_flat, op.force_sk = True, True
+    try:
+        plan = op.plan(M, K)
+        assert plan.sk == (plan.num_units > plan.chunk and plan.num_units % plan.chunk != 0)
+        for i in range(3):
+            check(op, seed=M * 7 + K + N + int(ar) + i, M=M, K=K)
+    finally:
+        op.force_flat, op.force_sk = None, False
+    check(op, seed=M + K, M=M, K=K)
+
+
+@pytest.mark.parametrize("bn", [None, 128, 256])
+@pytest.mark.parametrize("M,K", [(576, 4096), (700, 9216), (1152, 1024), (3000, 2048)])
+def test_stream_k_tail_gemm_only(comm, M, K, bn):
+    """gemm_only with the stream-K tail against the float64 product of the same inputs."""
+    op = get_op(comm, 7168, False)
+    op.force_sk, op.force_bn = True, bn
+    try:
+        assert op.plan(M, K, "gemm").sk
+        dev = torch.device("cuda", torch.cuda.current_device())
+        for i in range(2):
+            x, w = rank_inputs(M + K + i, op.rank, M, op.N, K, dev)
+            y = op.gemm_only(x, w)
+            ref = x.double() @ w.double().t()
+            err = ((y.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, err
+    finally:
+        op.force_sk, op.force_bn = False, None
