@@ -42,7 +42,7 @@ class Variant:
     early_copy: int = 0  # 1: AR copies each pushed tile's result back early (Sm90FusedKernel)
     push_window: int = 0  # n > 0: at most n sub-tile push groups in flight (Sm90FusedKernel)
     flat: int = 0  # 1: the peers-first order as one flat sequence (plans with flat)
-    sk: int = 0  # 1: the stream-K tail (plans with sk)
+    sk: int = 0  # 1: the split-K tail (plans with sk)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

@@ -17,7 +17,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from . import layout, protocol, ptx, trace
-from .plan import BM, EPI_N
+from .plan import BM, EPI_N, SK_MAX_PIECES
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -51,7 +51,7 @@ class CommWarps:
     peers_first = False
     # True (with peers_first): its flat order over all lists (``TilePlan.flat``)
     flat = False
-    # True (1-CTA flat orders): the stream-K tail (``TilePlan.sk``, ``_segment``)
+    # True (1-CTA flat orders): the split-K tail (``TilePlan.sk``, ``_segment``)
     sk = False
     # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
     pair_n = False
@@ -130,34 +130,39 @@ class CommWarps:
         return s
 
     @cute.jit
+    def _sk_pieces(self, chunk, num_units, k_tiles):
+        """``launch.plan.sk_pieces``: K pieces per unit of the last round (< 2: no split)."""
+        r = num_units - (num_units // chunk) * chunk
+        s = Int32(0)
+        if r > Int32(0):
+            s = cutlass.min(cutlass.min(chunk // r, Int32(SK_MAX_PIECES)), k_tiles)
+        return s
+
+    @cute.jit
     def _segment(self, lane, rnd, chunk, num_units, k_tiles):
         """(position in the flat order or -1, first k-tile, end k-tile) of lane ``lane`` in
-        round (segment) ``rnd`` (``TilePlan.segment``): whole units unless ``sk``."""
+        round ``rnd`` (``TilePlan.segment``): whole units unless ``sk``."""
         pos = rnd * chunk + lane
         lo = Int32(0)
         hi = k_tiles
         if cutlass.const_expr(self.sk):
             f = num_units // chunk
-            r = num_units - f * chunk
-            if (rnd >= f - Int32(1)) & (f >= Int32(1)) & (r > Int32(0)):
-                total = (chunk + r) * k_tiles
-                s0 = lane * total // chunk
-                e0 = (lane + Int32(1)) * total // chunk
-                u = s0 // k_tiles + (rnd - (f - Int32(1)))
-                lo = cutlass.max(s0, u * k_tiles)
-                hi = cutlass.min(e0, (u + Int32(1)) * k_tiles)
+            s = self._sk_pieces(chunk, num_units, k_tiles)
+            if (rnd == f) & (s > Int32(1)):
+                q = lane // s
+                i = lane - q * s
                 pos = Int32(-1)
-                if lo < hi:
-                    pos = (f - Int32(1)) * chunk + u
-                lo = lo - u * k_tiles
-                hi = hi - u * k_tiles
+                if q < num_units - f * chunk:
+                    pos = f * chunk + q
+                lo = i * k_tiles // s
+                hi = (i + Int32(1)) * k_tiles // s
         return pos, lo, hi
 
     @cute.jit
     def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
                         k_tiles=None):
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
-        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``; ``k_tiles``: the stream-K
+        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``; ``k_tiles``: the split-K
         tail's cuts, ``sk`` kernels only)."""
         if cutlass.const_expr(self.sk):
             pos, _, _ = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
@@ -258,7 +263,7 @@ class CommWarps:
         """The tile this CTA finishes in round ``rnd``, or -1 (see ``TilePlan.scheduled``).
         With 2-CTA pairs: the even / odd tile of the cluster's pair-tile; an odd tile row
         past the last one (zero-filled padding) is -1: computed, never communicated. A
-        stream-K piece stored for the lane before (``sk``) is -1 too."""
+        split-K piece stored for another lane (``sk``) is -1 too."""
         t = Int32(-1)
         if cutlass.const_expr(self.cta_group == 1):
             t = self._scheduled_unit(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,

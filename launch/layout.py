@@ -2,9 +2,9 @@
 
     CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
     TRACE   per-CTA event times of the last launch of a trace variant (``launch.trace``)
-    SK      stream-K tails (``launch.plan``): a u32 flag per lane (set by the lane that stored
-            its first piece, cleared by the lane that adds it: local, so no epoch), then a
-            slot of BM x BN fp32 accumulators per lane
+    SK      split-K tails (``launch.plan``): a u32 flag per lane (set by a lane that stored a
+            piece, cleared by the lane that adds it: local, so no epoch), then a slot of
+            BM x BN fp32 accumulators per lane
     ARRIVE  u32 stamps [tile][src]: src has delivered its partial of tile for epoch e (value e+1)
     RESULT  u32 stamps [tile]: the owner has broadcast the reduced tile (AR)
     RECV    (unicast) world regions of tile-contiguous bf16 partial slots: one per peer, and
@@ -58,7 +58,7 @@ class WorkspaceLayout:
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
         max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
-        # one stream-K slot per lane that can have a piece (every lane, at most one tile each)
+        # one split-K slot per lane that can store a piece (at most one a launch)
         sk_lanes = min(SK_CTAS, max_tiles)
         off = _up(SK_SLOTS_OFF + sk_lanes * BM * min(max(TILE_NS), N) * 4)
         arrive_off = off

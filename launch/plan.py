@@ -77,20 +77,19 @@ chunk)). A wait still only points backwards: rank r's own list comes after every
 list, so its unit at position p waits for a peer's push of that unit, which the peer has at
 a position <= p among lists that precede its own: pushes, which never wait.
 
-Stream-K tail (``sk``; flat orders on 1-CTA tiles: the plain GEMM, flat peers-first)
+Split-K tail (``sk``; flat orders on 1-CTA tiles: the plain GEMM, flat peers-first)
 Where the units do not fill whole rounds (U = F * G + R units on G lanes, 0 < R < G) the last
 round leaves G - R lanes idle for a whole tile time, and off the grid's powers of two that is
 up to half the call (M=576: 280 units, 132 lanes, three rounds for 2.1 rounds of work). With
-``sk`` the first F - 1 rounds run as before and the last G + R units are cut by K-tiles into
-G equal ranges, lane c taking k-iterations [c * I // G, (c + 1) * I // G) of them in order
-(I = (G + R) * KT, KT k-tiles a unit): at least KT iterations a lane, so a unit spans at most
-two lanes and a lane at most three units (``segment``). The piece of a unit that starts at
-k = 0 finishes it; the other piece is the first thing the next lane computes: it stores its
-fp32 accumulators in this rank's workspace (``layout.SK_OFF``) and sets a flag, and the
-finishing lane, which reaches the unit at the end of its range, adds them and goes on with
-the tile's epilogue and exchange as if it had computed all of K. A stored piece waits for
-nothing, so the finisher's wait on it cannot close a cycle. Segments replace rounds: F - 1
-whole rounds, then three segments (some lanes have two).
+``sk`` = S > 1 the first F rounds run as before and each of the last round's R units is cut
+into S pieces of K on S neighbouring lanes (S = min(G // R, 8, K-tiles), ``sk_pieces``):
+lane q * S + i computes k-tiles [i * KT // S, (i + 1) * KT // S) of unit F * G + q. Pieces
+1..S-1 store their fp32 accumulators in this rank's workspace (``layout.SK_OFF``) and set a
+flag; piece 0's lane adds them and goes on with the tile's epilogue and exchange as if it had
+computed all of K. A stored piece waits for nothing, so the wait on it cannot close a cycle.
+Every lane of the round starts at the same time, so the pieces of a k-slab are read together
+as in the rounds before (a stream-K split over the last G + R units, each lane at its own k
+offset, measured 15-45% slower here: x and w no longer shared in L2).
 
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
@@ -116,6 +115,7 @@ BAND_TILE_ROWS = 16
 MAX_BAND = 255
 # Stream-K tails (module docstring): lanes whose pieces the workspace has slots for
 SK_CTAS = 160
+SK_MAX_PIECES = 8
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
 # grows with M; workspaces hold their receive slots up to this M
 PUSH_ALL_MAX_M = 1024
@@ -245,8 +245,8 @@ class TilePlan:
     pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
     push_all: bool = False  # AR: every rank pushes every tile to every peer (module docstring)
     flat: bool = False  # peers-first over one flat order of all lists (module docstring)
-    sk: bool = False  # a stream-K tail: the last G + R units cut by K (module docstring)
-    k_tiles: int = 0  # K // BK (the stream-K cuts)
+    sk: int = 0  # > 1: the last round's units cut into this many K pieces (module docstring)
+    k_tiles: int = 0  # K // BK (the pieces' cuts)
 
     @property
     def sched_word(self) -> int:
@@ -331,29 +331,23 @@ class TilePlan:
         in round (segment) ``rnd``; position -1: idle. Whole units unless ``sk`` (module
         docstring; the kernels' ``CommWarps._segment``)."""
         pos, kt = rnd * self.chunk + lane, self.k_tiles
-        if not self.sk:
+        f = self.num_units // self.chunk
+        if self.sk < 2 or rnd != f:
             return pos, 0, kt
-        g = self.chunk
-        f, r = divmod(self.num_units, g)
-        if rnd < f - 1:
-            return pos, 0, kt
-        j, total = rnd - (f - 1), (g + r) * kt
-        s0, e0 = lane * total // g, (lane + 1) * total // g
-        u = s0 // kt + j
-        lo, hi = max(s0, u * kt), min(e0, (u + 1) * kt)
-        if lo >= hi:
+        q, i = divmod(lane, self.sk)
+        if q >= self.num_units - f * self.chunk:
             return -1, 0, 0
-        return (f - 1) * g + u, lo - u * kt, hi - u * kt
+        return f * self.chunk + q, i * kt // self.sk, (i + 1) * kt // self.sk
 
     def finishes(self, lane: int, rnd: int) -> bool:
         """Whether that segment ends with the unit's epilogue (it starts at k = 0): a piece
-        that starts later is stored for the lane before it."""
+        that starts later is stored for the lane that finishes the unit."""
         pos, lo, _ = self.segment(lane, rnd)
         return pos >= 0 and lo == 0
 
     def scheduled_unit(self, rank: int, lane: int, rnd: int) -> int:
         """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
-        if self.sk:
+        if self.sk > 1:
             pos = self.segment(lane, rnd)[0]
             rnd, lane = divmod(pos, self.chunk) if pos >= 0 else (self.rounds, 0)
         if self.mode == "gemm" or self.push_all:
@@ -392,9 +386,9 @@ class TilePlan:
 
     def scheduled(self, rank: int, cta: int, rnd: int) -> int:
         """The tile CTA ``cta`` of ``rank`` finishes (computes, and hands to the exchange) in
-        round ``rnd``, or -1 (idle, or a stream-K piece stored for another lane)."""
+        round ``rnd``, or -1 (idle, or a split-K piece stored for another lane)."""
         if self.cta_group == 1:
-            if self.sk and not self.finishes(cta, rnd):
+            if self.sk > 1 and not self.finishes(cta, rnd):
                 return -1
             return self.scheduled_unit(rank, cta, rnd)
         u = self.scheduled_unit(rank, cta // 2, rnd)
@@ -518,7 +512,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if sk and mode == "gemm" and cta_group is None:
-        cta_group = 1  # the stream-K tail cuts 1-CTA units
+        cta_group = 1  # the split-K tail cuts 1-CTA units
     if flat is None:
         flat = (peers_first is None and push_all is not True
                 and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
@@ -555,17 +549,26 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
 
 
 def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:
-    """``plan`` with the stream-K tail (module docstring) where it has a partial last round
+    """``plan`` with the split-K tail (module docstring) where it has a partial last round
     to spread; unchanged elsewhere (whole rounds, one round, or an order it does not apply
     to). Raises ValueError for a plan that can never take it."""
     if arch in BLACKWELL or plan.cta_group != 1 or plan.push_all or not (
             plan.mode == "gemm" or (plan.peers_first and plan.flat)):
-        raise ValueError("the stream-K tail runs on sm90 1-CTA plans in a flat order (the "
+        raise ValueError("the split-K tail runs on sm90 1-CTA plans in a flat order (the "
                          "plain GEMM, flat peers-first)")
-    f, r = divmod(plan.num_units, plan.chunk)
-    if f < 1 or r == 0 or plan.chunk > SK_CTAS:
+    kt = ceil_div(plan.K, BK)
+    pieces = sk_pieces(plan.chunk, plan.num_units, kt)
+    if pieces < 2 or plan.chunk > SK_CTAS:
         return plan
-    return replace(plan, sk=True, k_tiles=ceil_div(plan.K, BK), rounds=f + 2)
+    return replace(plan, sk=pieces, k_tiles=kt)
+
+
+def sk_pieces(lanes: int, units: int, k_tiles: int) -> int:
+    """K pieces per unit of the last round (``TilePlan.sk``): as many as its idle lanes allow,
+    at most ``SK_MAX_PIECES`` (the finishing lane adds the others' fp32 tiles one by one) and
+    one k-tile each; 0 without a partial last round (the kernels' ``CommWarps._sk_pieces``)."""
+    r = units % lanes
+    return min(lanes // r, SK_MAX_PIECES, k_tiles) if r else 0
 
 
 def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | None,

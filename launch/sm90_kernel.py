@@ -99,9 +99,9 @@ class Sm90FusedKernel(CommWarps):
         in flight after each push (0: a tile's copies all at once; ``CommWarps``).
         ``flat`` (with ``peers_first``, 1-CTA): the peers-first order as one flat sequence
         over every list (``launch.plan``, ``TilePlan.flat``).
-        ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the stream-K tail (``launch.plan``,
-        ``TilePlan.sk``): the last units cut by k-tiles over every lane, a unit's later piece
-        stored as fp32 in the workspace for the lane that finishes it.
+        ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the split-K tail (``launch.plan``,
+        ``TilePlan.sk``): the last round's units cut into K pieces on idle lanes, the later pieces
+        stored as fp32 in the workspace for the lane that finishes the unit.
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -121,7 +121,7 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
         self.sk = bool(sk)
         if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
-            raise ValueError("the stream-K tail runs on 1-CTA tiles in a flat order (the plain "
+            raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
@@ -464,7 +464,9 @@ class Sm90FusedKernel(CommWarps):
                     if k_lo > Int32(0):
                         self._sk_store(mtid, acc, lane, ws)
                     elif k_hi < k_tiles:
-                        self._sk_add(mtid, acc, lane, u, rank, ws, timeout_ns, err_addr)
+                        pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
+                        self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
+                                     err_addr)
                 if real & finish:
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
@@ -481,7 +483,7 @@ class Sm90FusedKernel(CommWarps):
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
 
-    # ------------------------------------------------------------------ stream-K pieces
+    # ------------------------------------------------------------------ split-K pieces
     @cute.jit
     def _sk_slot(self, mtid, lane, ws):
         """This thread's part of lane ``lane``'s slot: its accumulator fragment, 16 B per step,
@@ -503,17 +505,19 @@ class Sm90FusedKernel(CommWarps):
             ptx.st_relaxed_gpu(ws + Int64(layout.SK_OFF) + Int64(lane) * Int64(4), Int32(1))
 
     @cute.jit
-    def _sk_add(self, mtid, acc, lane, u, rank, ws, timeout_ns, err_addr):
-        """The finishing piece: wait for the next lane's flag (its first work of the launch,
-        so it is set long before), clear it for the next launch, add that lane's slot."""
-        if mtid == Int32(0):
-            flag = ws + Int64(layout.SK_OFF) + Int64(lane + Int32(1)) * Int64(4)
-            protocol.wait_stamp(flag, Int32(1), timeout_ns, err_addr, ws, rank, u,
-                                lane + Int32(1), Int32(0), Int32(protocol.KIND_SK), True)
-            ptx.st_relaxed_gpu(flag, Int32(0))
-        self.mma_bar.arrive_and_wait()
-        slot = self._sk_slot(mtid, lane + Int32(1), ws)
-        for i in cutlass.range_constexpr(cute.size(acc) // 4):
-            v = ptx.ld_v4_f32_cg(slot + Int64(i * self.num_mma_threads * 16))
-            for j in cutlass.range_constexpr(4):
-                acc[4 * i + j] = acc[4 * i + j] + v[j]
+    def _sk_add(self, mtid, acc, lane, pieces, u, rank, ws, timeout_ns, err_addr):
+        """The finishing piece (k from 0): for each later piece, on the next lanes, wait for its
+        flag (the pieces run in the same round), clear it for the next launch, add its slot;
+        in piece order, so every launch sums the same way."""
+        for p in range(1, pieces):
+            if mtid == Int32(0):
+                flag = ws + Int64(layout.SK_OFF) + Int64(lane + p) * Int64(4)
+                protocol.wait_stamp(flag, Int32(1), timeout_ns, err_addr, ws, rank, u,
+                                    lane + p, Int32(0), Int32(protocol.KIND_SK), True)
+                ptx.st_relaxed_gpu(flag, Int32(0))
+            self.mma_bar.arrive_and_wait()
+            slot = self._sk_slot(mtid, lane + p, ws)
+            for i in cutlass.range_constexpr(cute.size(acc) // 4):
+                v = ptx.ld_v4_f32_cg(slot + Int64(i * self.num_mma_threads * 16))
+                for j in cutlass.range_constexpr(4):
+                    acc[4 * i + j] = acc[4 * i + j] + v[j]

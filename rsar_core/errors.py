@@ -15,7 +15,7 @@ class RsarTimeoutError(RsarError, RuntimeError):
     """
 
     KINDS = {1: "partial tile", 2: "reduced tile", 3: "end of previous launch",
-             4: "stream-K piece from the next CTA"}
+             4: "split-K piece from a neighbouring CTA"}
 
     def __init__(self, rank: int, tile: int, src: int, epoch: int, kind: int) -> None:
         self.rank, self.tile, self.src, self.epoch, self.kind = rank, tile, src, epoch, kind

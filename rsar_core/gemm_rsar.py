@@ -129,7 +129,7 @@ class GemmRsAr:
         # sm90 fused plans: the peers-first order as one flat sequence over every list
         # (``launch.plan``, ``TilePlan.flat``); None: ``choose_flat`` decides (M 513-768)
         self.force_flat: bool | None = None
-        # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the stream-K tail
+        # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the split-K tail
         # (``launch.plan``, ``TilePlan.sk``; an experiment)
         self.force_sk = False
         # sm90: launch variants that record per-CTA event times (``read_trace``)

@@ -801,55 +801,52 @@ def test_flat_peers_first_refuses_what_it_cannot_combine():
 
 @pytest.mark.parametrize("mode,kw", [("rs", {"flat": True}), ("ar", {"flat": True}),
                                      ("gemm", {})])
-def test_stream_k_tail_covers_every_unit_and_balances_lanes(mode, kw):
-    """``TilePlan.sk``: every tile finished once per rank; a unit's pieces cover its K in
-    order, at most two of them, the later one the next lane's first work (its only store);
-    every lane's k-tiles within one of the mean; plans without a partial round unchanged."""
+def test_split_k_tail_covers_every_unit_once(mode, kw):
+    """``TilePlan.sk``: every tile finished once per rank; the last round's units cut into
+    S pieces on S neighbouring lanes that cover K in order, the first piece the finishing
+    one; the rounds before as in the plain plan; no partial round or too few k-tiles: the
+    plain plan."""
     for M, N, K in [(576, 7168, 4096), (700, 8192, 9216), (1152, 7168, 2048), (300, 7168, 64),
-                    (3000, 8192, 4160), (2048, 7168, 1024)]:
+                    (3000, 8192, 4160), (2048, 7168, 1024), (128, 7168, 4096), (200, 7168, 128)]:
         for world in (2, 4):
             p = make_plan(M, N, K, world, 132, mode, sk=True, **kw)
-            plain = make_plan(M, N, K, world, 132, mode, **kw)
+            plain = make_plan(M, N, K, world, 132, mode, **kw,
+                              **({"cta_group": 1} if mode == "gemm" else {}))
             f, r = divmod(p.num_units, p.chunk)
-            if f < 1 or r == 0:
+            kt = -(-K // 64)
+            if r == 0 or min(p.chunk // r, 8, kt) < 2:
                 assert p == plain
                 continue
-            assert p.sk and p.rounds == f + 2 and p.k_tiles == -(-K // 64)
-            loads = []
+            s = min(p.chunk // r, 8, kt)
+            assert p.sk == s and p.rounds == plain.rounds == f + 1 and p.k_tiles == kt
             for rank in range(world):
                 finished, pieces = [], {}
                 for c in range(p.grid):
-                    load = 0
                     for rnd in range(p.rounds):
                         pos, lo, hi = p.segment(c, rnd)
+                        if rnd < f:
+                            assert (lo, hi) == (0, kt)
+                            assert p.scheduled(rank, c, rnd) == plain.scheduled(rank, c, rnd)
                         if pos < 0:
                             continue
-                        load += hi - lo
-                        pieces.setdefault(p.scheduled_unit(rank, c, rnd), []).append(
-                            (lo, hi, c, rnd))
+                        pieces.setdefault(p.scheduled_unit(rank, c, rnd), []).append((lo, hi, c))
                         t = p.scheduled(rank, c, rnd)
                         assert (t >= 0) == (lo == 0)
                         if t >= 0:
                             finished.append(t)
-                    loads.append(load)
                 assert sorted(finished) == list(range(p.num_tiles))
                 for u, segs in pieces.items():
                     segs.sort()
-                    assert [s[0] for s in segs] == [0] + [s[1] for s in segs[:-1]]
-                    assert segs[-1][1] == p.k_tiles and len(segs) <= 2
-                    if len(segs) == 2:
-                        (_, _, c0, _), (_, _, c1, r1) = segs
-                        assert c1 == c0 + 1 and r1 == f - 1  # the next lane, first SK segment
-            total = p.num_units * p.k_tiles
-            assert max(loads) - min(loads) <= p.k_tiles + 1
-            # the tail itself is balanced: within one k-tile across lanes
-            assert max(loads) <= -(-total // p.chunk) + 1
+                    assert [x[0] for x in segs] == [0] + [x[1] for x in segs[:-1]]
+                    assert segs[-1][1] == kt and len(segs) in (1, s)
+                    if len(segs) == s:
+                        assert [x[2] for x in segs] == list(range(segs[0][2], segs[0][2] + s))
 
 
-def test_stream_k_tail_refuses_orders_it_cannot_cut():
-    with pytest.raises(ValueError, match="stream-K"):
+def test_split_k_tail_refuses_orders_it_cannot_cut():
+    with pytest.raises(ValueError, match="split-K"):
         make_plan(2048, 7168, 4096, 2, 132, "rs", sk=True)  # the round order
-    with pytest.raises(ValueError, match="stream-K"):
+    with pytest.raises(ValueError, match="split-K"):
         make_plan(4096, 7168, 4096, 2, 132, "gemm", sk=True, cta_group=2)
-    with pytest.raises(ValueError, match="stream-K"):
+    with pytest.raises(ValueError, match="split-K"):
         make_plan(576, 7168, 4096, 2, 132, "gemm", sk=True, arch="sm_100a")

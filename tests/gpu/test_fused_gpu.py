@@ -614,15 +614,16 @@ def test_flat_peers_first_by_default(comm, M, N, K, ar):
 @pytest.mark.parametrize("N", [7168, 8192])
 @pytest.mark.parametrize("M,K", [(300, 4096), (576, 4096), (576, 9216), (700, 1024),
                                  (1152, 2048), (1000, 64), (2000, 4160)])
-def test_stream_k_tail_correct(comm, M, N, K, ar):
-    """The flat order with the stream-K tail (``force_sk``): pieces of the last units
+def test_split_k_tail_correct(comm, M, N, K, ar):
+    """The flat order with the split-K tail (``force_sk``): pieces of the last round's units
     stored and added across lanes; fresh inputs, NaN-poisoned output, float64 reference;
     then the plain plan on the same op is still right (flags cleared for the next launch)."""
     op = get_op(comm, N, ar)
     op.force_flat, op.force_sk = True, True
     try:
         plan = op.plan(M, K)
-        assert plan.sk == (plan.num_units > plan.chunk and plan.num_units % plan.chunk != 0)
+        r = plan.num_units % plan.chunk
+        assert plan.sk == (min(plan.chunk // r, 8, -(-K // 64)) if r else 0) * (plan.sk > 1)
         for i in range(3):
             check(op, seed=M * 7 + K + N + int(ar) + i, M=M, K=K)
     finally:
@@ -632,8 +633,8 @@ def test_stream_k_tail_correct(comm, M, N, K, ar):
 
 @pytest.mark.parametrize("bn", [None, 128, 256])
 @pytest.mark.parametrize("M,K", [(576, 4096), (700, 9216), (1152, 1024), (3000, 2048)])
-def test_stream_k_tail_gemm_only(comm, M, K, bn):
-    """gemm_only with the stream-K tail against the float64 product of the same inputs."""
+def test_split_k_tail_gemm_only(comm, M, K, bn):
+    """gemm_only with the split-K tail against the float64 product of the same inputs."""
     op = get_op(comm, 7168, False)
     op.force_sk, op.force_bn = True, bn
     try:
