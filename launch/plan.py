@@ -206,6 +206,18 @@ def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
     return None, False, False
 
 
+def choose_sk(M: int, K: int, mode: str) -> bool:
+    """Whether a fused sm90 plan nothing else was forced on runs the flat peers-first order
+    with the split-K tail, where that plan has a partial last round to split (module
+    docstring). Measured on 2x H200 (docs/PERF.md (q), two runs, N 7168 and 8192, M 320-1152
+    off the grid's powers of two): at K >= 4096 it beats the plans it replaces (the round
+    order with its lag round at K=9216, flat or per-list peers-first at K=4096) at every
+    shape but two within 2.4%: RS up to +12%, AR up to +20% (640 x 7168 x 9216: AR from
+    0.88x to 1.05x of torch.mm + NCCL). At K=2048 the pieces' loads and merge cost more than
+    the idle lanes they fill (-4..-16%). From three to nine tile rows, where it was measured."""
+    return mode in ("rs", "ar") and K >= 4096 and 2 * BM < M <= 9 * BM
+
+
 def choose_flat(M: int, K: int, mode: str) -> bool:
     """Whether a fused sm90 plan nothing else was forced on runs the flat peers-first order
     (module docstring). Measured on 2x H200 (docs/PERF.md (q), two runs, N 7168 and 8192,
@@ -490,7 +502,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
-              flat: bool | None = None, sk: bool = False) -> TilePlan:
+              flat: bool | None = None, sk: bool | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -511,6 +523,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     bulk-copy pushes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if (sk is None and flat is None and peers_first is None and push_all is not True
+            and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n) and choose_sk(M, K, mode)):
+        tail = make_plan(M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
+                         band=band, flat=True, sk=True)
+        if tail.sk:
+            return tail
     if sk and mode == "gemm" and cta_group is None:
         cta_group = 1  # the split-K tail cuts 1-CTA units
     if flat is None:

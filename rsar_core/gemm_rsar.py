@@ -130,8 +130,8 @@ class GemmRsAr:
         # (``launch.plan``, ``TilePlan.flat``); None: ``choose_flat`` decides (M 513-768)
         self.force_flat: bool | None = None
         # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the split-K tail
-        # (``launch.plan``, ``TilePlan.sk``; an experiment)
-        self.force_sk = False
+        # (``launch.plan``, ``TilePlan.sk``); None: ``choose_sk`` decides (fused, K >= 4096)
+        self.force_sk: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -195,7 +195,7 @@ class GemmRsAr:
                          pair_n=self.force_pair_n,
                          push_all=self._push_all(mode or self.mode),
                          flat=self.force_flat if self.arch == "sm_90a" else False,
-                         sk=self.force_sk and self.arch == "sm_90a")
+                         sk=self.force_sk if self.arch == "sm_90a" else False)
 
     def _push_all(self, mode: str) -> bool | None:
         """``make_plan``'s push_all: forced (AR only), or the default for this transport."""

@@ -262,8 +262,9 @@ class Bench:
                 # the peers-first order as one flat sequence, forced on and off
                 cols[f"{m}_pff"] = (_with(ops[m], ops[m], force_flat=True), sets)
                 cols[f"{m}_nopff"] = (_with(ops[m], ops[m], force_flat=False), sets)
-                # and with the split-K tail (an experiment)
+                # and with the split-K tail; the split-K rule off
                 cols[f"{m}_sk"] = (_with(ops[m], ops[m], force_flat=True, force_sk=True), sets)
+                cols[f"{m}_nosk"] = (_with(ops[m], ops[m], force_sk=False), sets)
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                              peers_first=True, bn=64), sets)

@@ -64,8 +64,8 @@ def test_small_m_choice(mode):
     """sm90 fused plans at small M: 64-wide tiles peers-first for one tile row (and two at
     K <= 2048), the peers-first order up to M=1024 at K <= 1024 (RS: from three tile rows
     at K <= 4096 too; AR: at three tile rows at any K), else the round order."""
-    def pick(M, K, **kw):
-        p = make_plan(M, 7168, K, 2, 132, mode, **kw)
+    def pick(M, K, **kw):  # choose_small_m's plans (the split-K tail rule off)
+        p = make_plan(M, 7168, K, 2, 132, mode, sk=False, **kw)
         return p.bn, p.peers_first
     one_row_long_k = (64, False) if mode == "ar" else (64, True)  # AR: pairs along N
     assert pick(1, 4096) == one_row_long_k and pick(128, 9216) == one_row_long_k

@@ -4,7 +4,7 @@ import pytest
 
 import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE, auto_push_all
-from launch.plan import choose_flat, choose_gemm_width, choose_push_all, make_plan
+from launch.plan import choose_flat, choose_gemm_width, choose_push_all, choose_sk, make_plan
 from rsar_core.gemm_rsar import GemmRsAr
 
 
@@ -64,7 +64,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_stages = 0
     op.force_early_copy = op.force_push_window = None
     op.force_flat = None
-    op.force_sk = False
+    op.force_sk = None
     op._plans = {}
     return op
 
@@ -193,3 +193,28 @@ def test_flat_rule_yields_to_forced_knobs():
     # forced on where the rule says no: the same order, at the width of least lane cost
     p = make_plan(1152, 7168, 9216, 2, 132, "rs", flat=True)
     assert p.flat and p.peers_first and p.rounds == 2
+
+
+@pytest.mark.parametrize("M,K,mode,want", [
+    (257, 4096, "rs", True), (1152, 9216, "ar", True), (640, 4096, "ar", True),
+    (256, 4096, "rs", False), (1153, 9216, "rs", False), (640, 2048, "rs", False),
+    (640, 9216, "gemm", False)])
+def test_choose_sk(M, K, mode, want):
+    assert choose_sk(M, K, mode) is want
+
+
+def test_split_k_tail_rule_takes_the_flat_plan_only_where_it_splits():
+    # 640 x 7168: 280 units, 16 in the last round -> 8 pieces each
+    p = make_plan(640, 7168, 9216, 2, 132, "ar", push_all=None)
+    assert p.flat and p.sk == 8 and not p.push_all
+    assert make_plan(640, 7168, 9216, 2, 132, "rs").sk == 8
+    # 704 x 7168: 72 units in the last round, no room for two pieces: the plan without it
+    q = make_plan(704, 7168, 9216, 2, 132, "rs")
+    assert not q.sk and q == make_plan(704, 7168, 9216, 2, 132, "rs", sk=False)
+    # K=2048, forced knobs, sm100, the plain GEMM: never
+    assert not make_plan(640, 7168, 2048, 2, 132, "rs").sk
+    for kw in ({"bn": 128}, {"cta_group": 1}, {"lag": 1}, {"peers_first": True},
+               {"flat": False}, {"sk": False}):
+        assert not make_plan(640, 7168, 9216, 2, 132, "rs", **kw).sk, kw
+    assert not make_plan(640, 7168, 9216, 2, 132, "rs", arch="sm_100a").sk
+    assert not make_plan(640, 7168, 9216, 2, 132, "gemm").sk

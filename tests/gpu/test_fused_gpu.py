@@ -13,6 +13,7 @@ from rsar_core import GemmRsAr, RsarTimeoutError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 from gpu_ops import MAX_M, get_op
+from launch.plan import sk_pieces
 
 TOL = 1e-2
 
@@ -622,17 +623,18 @@ def test_split_k_tail_correct(comm, M, N, K, ar):
     op.force_flat, op.force_sk = True, True
     try:
         plan = op.plan(M, K)
-        r = plan.num_units % plan.chunk
-        assert plan.sk == (min(plan.chunk // r, 8, -(-K // 64)) if r else 0) * (plan.sk > 1)
+        pieces = sk_pieces(plan.chunk, plan.num_units, -(-K // 64))
+        assert plan.sk == (pieces if pieces >= 2 else 0)
         for i in range(3):
             check(op, seed=M * 7 + K + N + int(ar) + i, M=M, K=K)
     finally:
-        op.force_flat, op.force_sk = None, False
+        op.force_flat, op.force_sk = None, None
     check(op, seed=M + K, M=M, K=K)
 
 
-@pytest.mark.parametrize("bn", [None, 128, 256])
-@pytest.mark.parametrize("M,K", [(576, 4096), (700, 9216), (1152, 1024), (3000, 2048)])
+@pytest.mark.parametrize("M,K,bn", [(576, 4096, None), (576, 4096, 128), (576, 4096, 256),
+                                    (640, 9216, None), (704, 9216, 256), (3000, 2048, 128),
+                                    (3000, 2048, 256), (300, 1024, 128), (1000, 4096, 128)])
 def test_split_k_tail_gemm_only(comm, M, K, bn):
     """gemm_only with the split-K tail against the float64 product of the same inputs."""
     op = get_op(comm, 7168, False)
@@ -647,4 +649,4 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-2, err
     finally:
-        op.force_sk, op.force_bn = False, None
+        op.force_sk, op.force_bn = None, None
