@@ -1,14 +1,14 @@
 """Print the ``rsar_core.heuristics`` table from ``scripts/bench.py --json`` outputs.
 
-    python3 scripts/heuristics_table.py grid.json k2048.json dense.json [--newer again.json]
+    python3 scripts/heuristics_table.py grid.json k2048.json dense.json [--newer again.json ...]
 
 (the grid, K=2048 at the grid's M, and the off-grid M of ``rsar_core.heuristics``'s docstring:
 every (M, K) of the product of the M and K seen must be present).
 
 Per (M, K): the lowest, over the measured N, of the RS and AR speedups over torch.mm + NCCL,
 rounded down to 2 digits (a shape runs fused only if every N of it won); the (M, K) points of
-the files after ``--newer`` (measured after a plan change) replace those before it. Paste the
-printed dict into rsar_core/heuristics.py.
+each group of files after a ``--newer`` (measured after a plan change) replace those before
+it. Paste the printed dict into rsar_core/heuristics.py.
 """
 from __future__ import annotations
 
@@ -31,12 +31,16 @@ def table(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    older, newer = (args[:args.index("--newer")], args[args.index("--newer") + 1:]) \
-        if "--newer" in args else (args, [])
-    t = table([r for path in older for r in json.load(open(path))])
-    # a re-measurement after a plan change: its (M, K) points replace the older ones
-    t.update(table([r for path in newer for r in json.load(open(path))]))
+    groups: list[list[str]] = [[]]
+    for a in sys.argv[1:]:
+        if a == "--newer":
+            groups.append([])
+        else:
+            groups[-1].append(a)
+    t: dict[tuple[int, int], tuple[float, float]] = {}
+    for paths in groups:
+        # each re-measurement after a plan change replaces the (M, K) points it holds
+        t.update(table([r for path in paths for r in json.load(open(path))]))
     print("MEASURED_2X_H200: dict[tuple[int, int], tuple[float, float]] = {")
     for k in sorted({k for _, k in t}):
         items = [f"({m}, {k}): {t[(m, k)]}" for m in sorted({m for m, kk in t if kk == k})]
