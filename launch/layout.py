@@ -58,9 +58,10 @@ class WorkspaceLayout:
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
         max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
-        # one split-K slot per lane that can store a piece (at most one a launch)
-        sk_lanes = min(SK_CTAS, max_tiles)
-        off = _up(SK_SLOTS_OFF + sk_lanes * BM * min(max(TILE_NS), N) * 4)
+        # one split-K slot per lane that can store a piece (at most one a launch); a lane
+        # below the unit count, so at any width no more than one fp32 copy of the rows
+        sk_bytes = min(SK_CTAS * BM * min(max(TILE_NS), N), ceil_div(max_M, BM) * BM * N) * 4
+        off = _up(SK_SLOTS_OFF + sk_bytes)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)
         result_off = off

@@ -850,3 +850,25 @@ def test_split_k_tail_refuses_orders_it_cannot_cut():
         make_plan(4096, 7168, 4096, 2, 132, "gemm", sk=True, cta_group=2)
     with pytest.raises(ValueError, match="split-K"):
         make_plan(576, 7168, 4096, 2, 132, "gemm", sk=True, arch="sm_100a")
+
+
+def test_split_k_slots_fit_the_workspace():
+    """Every lane that stores a split-K piece (``TilePlan.sk``) has its slot, at its width,
+    inside the SK region (before ARRIVE), for any max_M from the call's M up."""
+    from launch.layout import SK_SLOTS_OFF, WorkspaceLayout
+    from launch.plan import BM
+    for N, K in itertools.product((384, 7168, 8192), (1024, 9216)):
+        for M in (1, 129, 300, 576, 640, 1152, 3000):
+            for mode, kw in (("rs", {"flat": True}), ("ar", {"flat": True}), ("gemm", {})):
+                for bn in (None, 64, 128, 256):
+                    if bn and N % bn:
+                        continue
+                    p = make_plan(M, N, K, 2, 132, mode, sk=True, bn=bn, **kw)
+                    if not p.sk:
+                        continue
+                    lanes = [c for c in range(p.grid) for r in range(p.rounds)
+                             if p.segment(c, r)[1] > 0]
+                    for max_M in (M, 8192):
+                        lay = WorkspaceLayout.build(max_M, N, 2)
+                        end = SK_SLOTS_OFF + (max(lanes) + 1) * BM * p.bn * 4
+                        assert end <= lay.arrive_off, (M, N, K, mode, bn, max_M)
