@@ -113,7 +113,8 @@ TILE_NS = (64, 128, 224, 256)
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
 MAX_BAND = 255
-# Stream-K tails (module docstring): lanes whose pieces the workspace has slots for
+# Split-K tails (module docstring): lanes whose pieces the workspace has slots for, and
+# pieces per unit at most
 SK_CTAS = 160
 SK_MAX_PIECES = 8
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that

@@ -459,7 +459,7 @@ class Sm90FusedKernel(CommWarps):
                 _, _, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 finish = True
                 if cutlass.const_expr(self.sk):
-                    # a later piece is stored for the lane before and has no epilogue
+                    # a later piece is stored for its unit's first lane and has no epilogue
                     finish = k_lo == Int32(0)
                     if k_lo > Int32(0):
                         self._sk_store(mtid, acc, lane, ws)
@@ -494,7 +494,7 @@ class Sm90FusedKernel(CommWarps):
     @cute.jit
     def _sk_store(self, mtid, acc, lane, ws):
         """A unit's later piece (``TilePlan.sk``): the fp32 accumulators into this lane's slot,
-        then its flag, for the lane before, which finishes the unit."""
+        then its flag, for the lane of the unit's first piece, which finishes the unit."""
         slot = self._sk_slot(mtid, lane, ws)
         for i in cutlass.range_constexpr(cute.size(acc) // 4):
             ptx.st_v4_f32(slot + Int64(i * self.num_mma_threads * 16), acc[4 * i],

@@ -260,7 +260,7 @@ class GemmRsAr:
                                    pdl=pdl, prefetch=prefetch,
                                    early_copy=self._early_copy(plan),
                                    push_window=self._push_window(plan, push),
-                                   flat=int(plan.flat), sk=int(plan.sk),
+                                   flat=int(plan.flat), sk=int(plan.sk > 1),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -218,3 +218,20 @@ def test_split_k_tail_rule_takes_the_flat_plan_only_where_it_splits():
         assert not make_plan(640, 7168, 9216, 2, 132, "rs", **kw).sk, kw
     assert not make_plan(640, 7168, 9216, 2, 132, "rs", arch="sm_100a").sk
     assert not make_plan(640, 7168, 9216, 2, 132, "gemm").sk
+
+
+def test_op_split_k_variant_is_the_precompiled_one(variants):
+    """The op launches the split-K tail's kernel as one variant (``sk`` 1) whatever the plan's
+    piece count, the variant ``scripts/precompile.py`` lists, so a precompiled cache serves it."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")
+    precompile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(precompile)
+    listed = set(precompile.variants("sm_90a", 2, ["unicast"]))
+    for M, K, mode in [(640, 9216, "rs"), (640, 9216, "ar"), (576, 4096, "rs"), (320, 9216, "ar")]:
+        op = _op(mode)
+        plan, _ = op._plan_and_kernel(M, K, mode)
+        assert plan.sk > 1 and variants[-1].sk == 1, (M, K, mode, plan.sk)
+        assert variants[-1] in listed, variants[-1].describe()
