@@ -111,7 +111,14 @@ class CommWarps:
         if cutlass.const_expr(self.mode == "ar"):
             s = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
         if cutlass.const_expr(self.mode == "rs"):
-            s = cutlass.min((o * local_M + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
+            b = o * local_M  # owner o's first row
+            s = cutlass.min((b + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
+            if cutlass.const_expr(self.cta_group == 1 and not self.peers_first
+                                  and not self.flat and not self.push_all):
+                # ``TilePlan.balanced_rs``: a shared tile row split between the two lists
+                if (b - (b // Int32(BM)) * Int32(BM) != Int32(0)) & (b < tiles_m * Int32(BM)):
+                    even = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
+                    s = cutlass.min(cutlass.max(even, (b // Int32(BM)) * tiles_n), s)
         return s
 
     @cute.jit

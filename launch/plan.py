@@ -322,8 +322,21 @@ class TilePlan:
         if self.mode == "ar":
             return self.ar_start(o)
         if self.mode == "rs":
-            return min(ceil_div(o * self.local_M, BM), self.tiles_m) * self.tiles_n
+            b = o * self.local_M  # owner o's first row
+            after = min(ceil_div(b, BM), self.tiles_m) * self.tiles_n
+            if self.balanced_rs and b % BM and b < self.tiles_m * BM:
+                # a tile row shared by owners o-1 and o: split between their lists
+                return min(max(ceil_div(o * self.num_tiles, self.world),
+                               (b // BM) * self.tiles_n), after)
+            return after
         return 0 if o == 0 else self.num_tiles
+
+    @property
+    def balanced_rs(self) -> bool:
+        """RS lists split a tile row two owners share where that evens out their lengths
+        (module docstring): the 1-CTA round order only."""
+        return (self.mode == "rs" and self.cta_group == 1 and not self.peers_first
+                and not self.flat and not self.push_all)
 
     def list_len(self, o: int) -> int:
         return self.list_start(o + 1) - self.list_start(o)
@@ -672,6 +685,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
     longest = base.longest_units
     if peers_first:
+        longest = replace(base, peers_first=True).longest_units
         if rotate or lag == 1:
             raise ValueError("peers_first runs with lag 0 and without rotation")
         if flat:

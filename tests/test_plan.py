@@ -872,3 +872,32 @@ def test_split_k_slots_fit_the_workspace():
                         lay = WorkspaceLayout.build(max_M, N, 2)
                         end = SK_SLOTS_OFF + (max(lanes) + 1) * BM * p.bn * 4
                         assert end <= lay.arrive_off, (M, N, K, mode, bn, max_M)
+
+
+# ---------------------------------------------------------------- RS lists at a shared tile row
+def test_rs_round_order_splits_a_shared_tile_row_between_lists():
+    """``balanced_rs``: where owners o-1 and o share a tile row, the 1-CTA round order splits
+    that row's tiles between their lists to even them out; tiles only one rank owns stay in
+    that rank's list, and the other orders keep whole rows (peers-first: its lanes follow
+    the longest list)."""
+    for world, M, N in itertools.product((2, 3, 4), (200, 1000, 1152, 2900, 4095), (384, 7168)):
+        p = make_plan(M, N, 1024, world, 132, "rs", peers_first=False, cta_group=1)
+        assert p.balanced_rs
+        whole = [min(-(-o * p.local_M // BM), p.tiles_m) * p.tiles_n for o in range(world + 1)]
+        for o in range(world):
+            for t in range(p.list_start(o), p.list_start(o + 1)):
+                owners = p.tile_owners(t)
+                assert owners == [o] or len(owners) > 1 or not owners, (p, o, t)
+            # the boundary moves only inside the shared row before the whole-row one
+            assert whole[o] - p.tiles_n <= p.list_start(o) <= whole[o]
+        lens = [p.list_len(o) for o in range(world)]
+        old = [whole[o + 1] - whole[o] for o in range(world)]
+        assert max(lens) <= max(old)
+    # 1152 x 7168 (9 tile rows, row 4 shared): 140 / 112 tiles of 256 became 126 / 126, two
+    # chunks of 66 lanes instead of three
+    p = make_plan(1152, 7168, 4096, 2, 132, "rs")
+    assert (p.bn, p.cta_group, p.peers_first, p.flat) == (256, 1, False, False)
+    assert [p.list_len(o) for o in range(2)] == [126, 126] and p.rounds == 2
+    for kw in ({"peers_first": True}, {"flat": True}):
+        q = make_plan(1152, 7168, 4096, 2, 132, "rs", **kw)
+        assert not q.balanced_rs and q.list_start(1) == 5 * q.tiles_n
