@@ -260,6 +260,7 @@ class TilePlan:
     flat: bool = False  # peers-first over one flat order of all lists (module docstring)
     sk: int = 0  # > 1: the last round's units cut into this many K pieces (module docstring)
     k_tiles: int = 0  # K // BK (the pieces' cuts)
+    whole_rows: bool = False  # RS: lists of whole tile rows even where ``balanced_rs`` applies
 
     @property
     def sched_word(self) -> int:
@@ -334,9 +335,11 @@ class TilePlan:
     @property
     def balanced_rs(self) -> bool:
         """RS lists split a tile row two owners share where that evens out their lengths
-        (module docstring): the 1-CTA round order only."""
+        (module docstring): the 1-CTA round order at widths 224 and 256. At 128 the lane
+        cost then chose 128-wide tiles over 224-wide ones at 832 x 7168 x 9216, 8% slower."""
         return (self.mode == "rs" and self.cta_group == 1 and not self.peers_first
-                and not self.flat and not self.push_all)
+                and not self.flat and not self.push_all and self.bn >= 224
+                and not self.whole_rows)
 
     def list_len(self, o: int) -> int:
         return self.list_start(o + 1) - self.list_start(o)
@@ -516,7 +519,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               lag: int | None = None, rotate: bool = False,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
-              flat: bool | None = None, sk: bool | None = None) -> TilePlan:
+              flat: bool | None = None, sk: bool | None = None,
+              balance: bool = True) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -534,13 +538,14 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     (module docstring; ``bn`` None: 64-wide tiles where they fit one wave, else the plain
     GEMM's width); None: ``choose_push_all`` decides for world-2 sm90 AR plans nothing else
     was forced on (the caller passes None only where the transport can run it: unicast,
-    bulk-copy pushes)."""
+    bulk-copy pushes). ``balance`` False: RS lists of whole tile rows (``balanced_rs``; an
+    experiment's control)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (sk is None and flat is None and peers_first is None and push_all is not True
             and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n) and choose_sk(M, K, mode)):
         tail = make_plan(M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
-                         band=band, flat=True, sk=True)
+                         band=band, flat=True, sk=True, balance=balance)
         if tail.sk:
             return tail
     if sk and mode == "gemm" and cta_group is None:
@@ -575,8 +580,10 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         cta_group, peers_first = 2, bool(peers_first)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
-                      pair_n=pair_n, flat=flat)
+                      pair_n=pair_n, flat=flat, whole_rows=not balance)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
+    if plan.whole_rows and not replace(plan, whole_rows=False).balanced_rs:
+        plan = replace(plan, whole_rows=False)  # a plan whose lists are whole rows anyway
     return with_sk(plan, arch) if sk else plan
 
 
@@ -613,7 +620,7 @@ def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
                rotate: bool, peers_first: bool | None, pair_n: bool = False,
-               flat: bool = False) -> TilePlan:
+               flat: bool = False, whole_rows: bool = False) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
@@ -651,7 +658,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                     options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
                                               rotate=rotate, peers_first=peers_first,
-                                              pair_n=pair_n, flat=flat))
+                                              pair_n=pair_n, flat=flat,
+                                              whole_rows=whole_rows))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
@@ -679,7 +687,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     padded_M = ceil_div(M, world) * world
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=num_tiles, grid=0,
-                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0)
+                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
+                    whole_rows=whole_rows and mode == "rs")
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))

@@ -880,9 +880,10 @@ def test_rs_round_order_splits_a_shared_tile_row_between_lists():
     that row's tiles between their lists to even them out; tiles only one rank owns stay in
     that rank's list, and the other orders keep whole rows (peers-first: its lanes follow
     the longest list)."""
-    for world, M, N in itertools.product((2, 3, 4), (200, 1000, 1152, 2900, 4095), (384, 7168)):
+    for world, M, N in itertools.product((2, 3, 4), (200, 1000, 1152, 2900, 4095),
+                                         (384, 7168, 8192)):
         p = make_plan(M, N, 1024, world, 132, "rs", peers_first=False, cta_group=1)
-        assert p.balanced_rs
+        assert p.balanced_rs == (p.bn >= 224)  # at 128 wide the lane cost misjudged it
         whole = [min(-(-o * p.local_M // BM), p.tiles_m) * p.tiles_n for o in range(world + 1)]
         for o in range(world):
             for t in range(p.list_start(o), p.list_start(o + 1)):
@@ -901,3 +902,15 @@ def test_rs_round_order_splits_a_shared_tile_row_between_lists():
     for kw in ({"peers_first": True}, {"flat": True}):
         q = make_plan(1152, 7168, 4096, 2, 132, "rs", **kw)
         assert not q.balanced_rs and q.list_start(1) == 5 * q.tiles_n
+
+
+def test_whole_row_lists_on_request():
+    """``balance=False`` (the experiment's control) keeps RS lists of whole tile rows, and
+    marks only plans whose lists would otherwise differ."""
+    p = make_plan(1152, 7168, 4096, 2, 132, "rs", balance=False)
+    assert p.whole_rows and not p.balanced_rs and p.list_start(1) == 5 * p.tiles_n
+    assert p.rounds == 4 and p.bn == 224  # the old plan: 160 / 128 tiles of 224
+    for M, K in ((1024, 4096), (300, 1024), (4096, 9216)):  # whole rows anyway
+        q = make_plan(M, 7168, K, 2, 132, "rs", balance=False)
+        assert not q.whole_rows and q == make_plan(M, 7168, K, 2, 132, "rs")
+    assert not make_plan(1152, 7168, 4096, 2, 132, "ar", balance=False).whole_rows

@@ -650,3 +650,47 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
             assert err < 1e-2, err
     finally:
         op.force_sk, op.force_bn = None, None
+
+
+@pytest.mark.parametrize("balance", [True, False], ids=["split-row", "whole-rows"])
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M,K", [(1088, 1024), (1152, 4096), (1152, 9216), (1400, 2048),
+                                 (2900, 4096), (3000, 1024)])
+def test_rs_lists_split_a_shared_row(comm, M, N, K, balance):
+    """RS round orders whose owners share a tile row: that row split between the two lists
+    (the default, ``TilePlan.balanced_rs``) or kept whole (``force_balance=False``); fresh
+    inputs, NaN-poisoned output, float64 reference, three calls."""
+    op = get_op(comm, N, False)
+    op.force_balance, op.force_cta_group, op.force_peers_first = balance, 1, False
+    try:
+        plan = op.plan(M, K)
+        assert plan.balanced_rs == (balance and plan.bn >= 224), plan
+        for i in range(3):
+            check(op, seed=M * 3 + K + N + i, M=M, K=K)
+    finally:
+        op.force_balance, op.force_cta_group, op.force_peers_first = True, None, None
+
+
+def test_rs_split_rows_random_M_bitwise(comm):
+    """300 queued RS calls of random M at N=7168 in the 1-CTA round order (shared rows split
+    between lists wherever M leaves one), each one now and then recomputed bitwise."""
+    op = get_op(comm, 7168, False)
+    op.force_cta_group, op.force_peers_first = 1, False
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(99)
+    checks = 0
+    try:
+        for step in range(300):
+            M = rng.randint(129, MAX_M)
+            x, w = rank_inputs(step, op.rank, M, op.N, 512, dev)
+            y = op(x, w)
+            if rng.random() < 0.05:
+                again = op(x.clone(), w.clone())
+                torch.cuda.synchronize()
+                assert torch.equal(y, again), f"step {step} M={M}"
+                checks += 1
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        op.force_cta_group, op.force_peers_first = None, None
+    assert checks > 3
