@@ -19,7 +19,7 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "early_copy", "push_window", "flat", "sk", "whole_rows", "trace")
+          "early_copy", "push_window", "flat", "sk", "split_row", "trace")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Variant:
     push_window: int = 0  # n > 0: at most n sub-tile push groups in flight (Sm90FusedKernel)
     flat: int = 0  # 1: the peers-first order as one flat sequence (plans with flat)
     sk: int = 0  # 1: the split-K tail (plans with sk)
-    whole_rows: int = 0  # 1: RS lists of whole tile rows (plans with whole_rows)
+    split_row: int = 0  # 1: RS lists split a shared tile row (plans with split_row)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

@@ -53,9 +53,9 @@ class CommWarps:
     flat = False
     # True (1-CTA flat orders): the split-K tail (``TilePlan.sk``, ``_segment``)
     sk = False
-    # True (RS): lists of whole tile rows where the round order would split a shared one
-    # (``TilePlan.whole_rows``)
-    whole_rows = False
+    # True (RS 1-CTA round order): a tile row two owners share is split between their lists
+    # (``TilePlan.split_row``)
+    split_row = False
     # True (with cta_group 2): the pair-tile is two tiles of one row (``TilePlan.pair_n``)
     pair_n = False
     # True (AR, unicast, bulk-copy pushes): every rank pushes every tile to every peer and
@@ -116,10 +116,8 @@ class CommWarps:
         if cutlass.const_expr(self.mode == "rs"):
             b = o * local_M  # owner o's first row
             s = cutlass.min((b + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
-            if cutlass.const_expr(self.cta_group == 1 and not self.peers_first
-                                  and not self.flat and not self.push_all and self.bn >= 224
-                                  and not self.whole_rows):
-                # ``TilePlan.balanced_rs``: a shared tile row split between the two lists
+            if cutlass.const_expr(self.split_row):
+                # ``TilePlan.split_row``: a shared tile row split between the two lists
                 if (b - (b // Int32(BM)) * Int32(BM) != Int32(0)) & (b < tiles_m * Int32(BM)):
                     even = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
                     s = cutlass.min(cutlass.max(even, (b // Int32(BM)) * tiles_n), s)

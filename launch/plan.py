@@ -260,7 +260,7 @@ class TilePlan:
     flat: bool = False  # peers-first over one flat order of all lists (module docstring)
     sk: int = 0  # > 1: the last round's units cut into this many K pieces (module docstring)
     k_tiles: int = 0  # K // BK (the pieces' cuts)
-    whole_rows: bool = False  # RS: lists of whole tile rows even where ``balanced_rs`` applies
+    split_row: bool = False  # RS round order: a tile row two owners share split between lists
 
     @property
     def sched_word(self) -> int:
@@ -325,7 +325,7 @@ class TilePlan:
         if self.mode == "rs":
             b = o * self.local_M  # owner o's first row
             after = min(ceil_div(b, BM), self.tiles_m) * self.tiles_n
-            if self.balanced_rs and b % BM and b < self.tiles_m * BM:
+            if self.split_row and b % BM and b < self.tiles_m * BM:
                 # a tile row shared by owners o-1 and o: split between their lists
                 return min(max(ceil_div(o * self.num_tiles, self.world),
                                (b // BM) * self.tiles_n), after)
@@ -333,13 +333,13 @@ class TilePlan:
         return 0 if o == 0 else self.num_tiles
 
     @property
-    def balanced_rs(self) -> bool:
-        """RS lists split a tile row two owners share where that evens out their lengths
-        (module docstring): the 1-CTA round order at widths 224 and 256. At 128 the lane
-        cost then chose 128-wide tiles over 224-wide ones at 832 x 7168 x 9216, 8% slower."""
+    def can_split_row(self) -> bool:
+        """Whether ``split_row`` would change this plan's lists: an RS 1-CTA round order at
+        width 224 or 256 where two owners share a tile row (module docstring)."""
         return (self.mode == "rs" and self.cta_group == 1 and not self.peers_first
                 and not self.flat and not self.push_all and self.bn >= 224
-                and not self.whole_rows)
+                and any(o * self.local_M % BM and o * self.local_M < self.tiles_m * BM
+                        for o in range(1, self.world)))
 
     def list_len(self, o: int) -> int:
         return self.list_start(o + 1) - self.list_start(o)
@@ -520,7 +520,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
-              balance: bool = True) -> TilePlan:
+              split_row: bool | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
@@ -538,14 +538,15 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     (module docstring; ``bn`` None: 64-wide tiles where they fit one wave, else the plain
     GEMM's width); None: ``choose_push_all`` decides for world-2 sm90 AR plans nothing else
     was forced on (the caller passes None only where the transport can run it: unicast,
-    bulk-copy pushes). ``balance`` False: RS lists of whole tile rows (``balanced_rs``; an
-    experiment's control)."""
+    bulk-copy pushes). ``split_row``: RS round orders split a tile row two owners share
+    between their lists (module docstring); None: where that takes fewer rounds
+    (``lane_cost``), False: never, True: wherever ``can_split_row``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (sk is None and flat is None and peers_first is None and push_all is not True
             and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n) and choose_sk(M, K, mode)):
         tail = make_plan(M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
-                         band=band, flat=True, sk=True, balance=balance)
+                         band=band, flat=True, sk=True, split_row=split_row)
         if tail.sk:
             return tail
     if sk and mode == "gemm" and cta_group is None:
@@ -580,10 +581,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         cta_group, peers_first = 2, bool(peers_first)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
-                      pair_n=pair_n, flat=flat, whole_rows=not balance)
+                      pair_n=pair_n, flat=flat, split_row=split_row)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
-    if plan.whole_rows and not replace(plan, whole_rows=False).balanced_rs:
-        plan = replace(plan, whole_rows=False)  # a plan whose lists are whole rows anyway
     return with_sk(plan, arch) if sk else plan
 
 
@@ -620,7 +619,7 @@ def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
                rotate: bool, peers_first: bool | None, pair_n: bool = False,
-               flat: bool = False, whole_rows: bool = False) -> TilePlan:
+               flat: bool = False, split_row: bool | None = None) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
@@ -659,7 +658,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
                                               rotate=rotate, peers_first=peers_first,
                                               pair_n=pair_n, flat=flat,
-                                              whole_rows=whole_rows))
+                                              split_row=split_row))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
@@ -670,7 +669,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
             # N=7168, K=4096: 128-wide AR 14% faster than 224-wide; RS at K=9216 the other
             # way by 7%: a rule of thumb, docs/PERF.md (d)).
             options = [p for p in options if p.rounds - p.lag >= 2] or options
-        return min(options, key=lane_cost)
+        # whole rows where a split row would not take fewer rounds (``split_row``)
+        return min(options, key=lambda p: (lane_cost(p), p.split_row))
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
         raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")
@@ -687,14 +687,12 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     padded_M = ceil_div(M, world) * world
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=num_tiles, grid=0,
-                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    whole_rows=whole_rows and mode == "rs")
+                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0)
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
     longest = base.longest_units
     if peers_first:
-        longest = replace(base, peers_first=True).longest_units
         if rotate or lag == 1:
             raise ValueError("peers_first runs with lag 0 and without rotation")
         if flat:
@@ -704,14 +702,25 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         chunk = max(1, min(sm_count, longest))
         return replace(base, grid=chunk, chunk=chunk, rounds=world * ceil_div(longest, chunk),
                        peers_first=True)
-    chunk = max(1, min(sm_count // world, longest))
+    plan = _round_order(base, sm_count, lag, rotate)
+    if split_row is not False and arch not in BLACKWELL and plan.can_split_row:
+        split = _round_order(replace(base, split_row=True), sm_count, lag, rotate)
+        if split_row or split.rounds - split.lag < plan.rounds - plan.lag:
+            return split
+    return plan
+
+
+def _round_order(base: TilePlan, sm_count: int, lag: int | None, rotate: bool) -> TilePlan:
+    """``base`` in the round order: the lanes of each part, the rounds and the lag."""
+    longest = base.longest_units
+    chunk = max(1, min(sm_count // base.world, longest))
     chunks = ceil_div(longest, chunk)
     if lag is None:
         # A round of slack pays for itself only when there are enough rounds to hide it.
         lag = 1 if chunks >= 3 else 0
     elif lag not in (0, 1):
         raise ValueError(f"lag must be 0 or 1, got {lag}")
-    return replace(base, grid=world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
+    return replace(base, grid=base.world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
                    rotate=rotate)
 
 

@@ -71,7 +71,7 @@ class Sm90FusedKernel(CommWarps):
                  epi_slots: int = 0, push: str = "lsu",
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
-                 push_window: int = 0, flat: int = 0, sk: int = 0, whole_rows: int = 0,
+                 push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
@@ -103,8 +103,8 @@ class Sm90FusedKernel(CommWarps):
         ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the split-K tail (``launch.plan``,
         ``TilePlan.sk``): the last round's units cut into K pieces on idle lanes, the later pieces
         stored as fp32 in the workspace for the lane that finishes the unit.
-        ``whole_rows`` (RS): lists of whole tile rows where the 1-CTA round order would split
-        a shared one (``TilePlan.balanced_rs``; the experiment's control).
+        ``split_row`` (RS, 1-CTA round order): a tile row two owners share is split between
+        their lists (``launch.plan``, ``TilePlan.split_row``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -123,7 +123,9 @@ class Sm90FusedKernel(CommWarps):
         if self.flat and (not self.peers_first or cta_group != 1):
             raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
         self.sk = bool(sk)
-        self.whole_rows = bool(whole_rows)
+        self.split_row = bool(split_row)
+        if self.split_row and (mode != "rs" or cta_group != 1 or self.peers_first):
+            raise ValueError("split rows are an RS 1-CTA round order's")
         if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
             raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")

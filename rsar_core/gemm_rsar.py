@@ -132,9 +132,9 @@ class GemmRsAr:
         # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the split-K tail
         # (``launch.plan``, ``TilePlan.sk``); None: ``choose_sk`` decides (fused, K >= 4096)
         self.force_sk: bool | None = None
-        # sm90 RS round orders: False keeps lists of whole tile rows where one row is shared
-        # by two owners (``TilePlan.balanced_rs`` splits it between their lists; the default)
-        self.force_balance = True
+        # sm90 RS round orders: a tile row two owners share split between their lists
+        # (``launch.plan``, ``TilePlan.split_row``); None: where that takes fewer rounds
+        self.force_split_row: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -199,7 +199,7 @@ class GemmRsAr:
                          push_all=self._push_all(mode or self.mode),
                          flat=self.force_flat if self.arch == "sm_90a" else False,
                          sk=self.force_sk if self.arch == "sm_90a" else False,
-                         balance=self.force_balance or self.arch != "sm_90a")
+                         split_row=self.force_split_row if self.arch == "sm_90a" else False)
 
     def _push_all(self, mode: str) -> bool | None:
         """``make_plan``'s push_all: forced (AR only), or the default for this transport."""
@@ -251,7 +251,7 @@ class GemmRsAr:
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
-               self.force_balance)
+               self.force_split_row)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -266,7 +266,7 @@ class GemmRsAr:
                                    early_copy=self._early_copy(plan),
                                    push_window=self._push_window(plan, push),
                                    flat=int(plan.flat), sk=int(plan.sk > 1),
-                                   whole_rows=int(plan.whole_rows),
+                                   split_row=int(plan.split_row),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -265,8 +265,9 @@ class Bench:
                 # and with the split-K tail; the split-K rule off
                 cols[f"{m}_sk"] = (_with(ops[m], ops[m], force_flat=True, force_sk=True), sets)
                 cols[f"{m}_nosk"] = (_with(ops[m], ops[m], force_sk=False), sets)
-            # RS lists of whole tile rows (a shared row not split between two lists)
-            cols["rs_rows"] = (_with(ops["rs"], ops["rs"], force_balance=False), sets)
+            # RS round orders: a shared tile row split between two lists, forced on and off
+            cols["rs_split"] = (_with(ops["rs"], ops["rs"], force_split_row=True), sets)
+            cols["rs_rows"] = (_with(ops["rs"], ops["rs"], force_split_row=False), sets)
             for m in ("rs", "ar"):
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,

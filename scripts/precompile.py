@@ -53,13 +53,14 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                                       push_all=auto_push_all(mode, tr, push))
                         kinds.add((p.bn, mode, tr, push, p.cta_group, int(p.peers_first),
                                    int(p.pair_n), int(p.push_all), int(p.flat), int(p.sk > 1),
+                                   int(p.split_row),
                                    default_early_copy(arch, tr, p),
                                    default_push_window(arch, tr, push, p)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
-                    push_all=pa, flat=fl, sk=sk, pdl=pdl,
+                    push_all=pa, flat=fl, sk=sk, split_row=sr, pdl=pdl,
                     prefetch=default_prefetch(arch, world, tr, mode), early_copy=ec, push_window=pw)
-            for bn, mode, tr, push, cg, pf, pn, pa, fl, sk, ec, pw in sorted(kinds)]
+            for bn, mode, tr, push, cg, pf, pn, pa, fl, sk, sr, ec, pw in sorted(kinds)]
 
 
 def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:

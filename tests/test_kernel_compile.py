@@ -61,8 +61,8 @@ VARIANTS = [
     Variant("sm_90a", 256, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
             early_copy=1),
     Variant("sm_90a", 128, 4, "ar", "unicast", push="lsu", peers_first=1, early_copy=1),
-    # RS lists of whole tile rows where the round order would split a shared one
-    Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1, whole_rows=1),
+    # RS's round order with a shared tile row split between the two lists
+    Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1, split_row=1),
     # AR's default at one tile row over NVLink multicast, with PDL as launched by default
     # (compiled only: multicast is off here)
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),

@@ -65,6 +65,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_early_copy = op.force_push_window = None
     op.force_flat = None
     op.force_sk = None
+    op.force_split_row = None
     op._plans = {}
     return op
 
@@ -235,3 +236,24 @@ def test_op_split_k_variant_is_the_precompiled_one(variants):
         plan, _ = op._plan_and_kernel(M, K, mode)
         assert plan.sk > 1 and variants[-1].sk == 1, (M, K, mode, plan.sk)
         assert variants[-1] in listed, variants[-1].describe()
+
+
+def test_op_split_row_variant_is_the_precompiled_one(variants):
+    """RS at M 1025-1152, N=7168 splits the shared tile row (``TilePlan.split_row``): the op
+    launches the ``split_row`` variant that ``scripts/precompile.py`` lists; forced off, the
+    whole-row variant of the old plan."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")
+    precompile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(precompile)
+    listed = set(precompile.variants("sm_90a", 2, ["unicast"]))
+    op = _op("rs")
+    for M, K in [(1088, 1024), (1152, 4096), (1152, 9216)]:
+        plan, _ = op._plan_and_kernel(M, K, "rs")
+        assert plan.split_row and variants[-1].split_row == 1 and variants[-1].bn == 256
+        assert variants[-1] in listed, variants[-1].describe()
+    op.force_split_row = False
+    plan, _ = op._plan_and_kernel(1152, 4096, "rs")
+    assert not plan.split_row and variants[-1].split_row == 0 and variants[-1].bn == 224

@@ -652,30 +652,30 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
         op.force_sk, op.force_bn = None, None
 
 
-@pytest.mark.parametrize("balance", [True, False], ids=["split-row", "whole-rows"])
+@pytest.mark.parametrize("split", [True, False], ids=["split-row", "whole-rows"])
 @pytest.mark.parametrize("N", [7168, 8192])
 @pytest.mark.parametrize("M,K", [(1088, 1024), (1152, 4096), (1152, 9216), (1400, 2048),
                                  (2900, 4096), (3000, 1024)])
-def test_rs_lists_split_a_shared_row(comm, M, N, K, balance):
+def test_rs_lists_split_a_shared_row(comm, M, N, K, split):
     """RS round orders whose owners share a tile row: that row split between the two lists
-    (the default, ``TilePlan.balanced_rs``) or kept whole (``force_balance=False``); fresh
-    inputs, NaN-poisoned output, float64 reference, three calls."""
+    (``force_split_row``) or kept whole; fresh inputs, NaN-poisoned output, float64
+    reference, three calls."""
     op = get_op(comm, N, False)
-    op.force_balance, op.force_cta_group, op.force_peers_first = balance, 1, False
+    op.force_split_row, op.force_cta_group, op.force_peers_first = split, 1, False
     try:
         plan = op.plan(M, K)
-        assert plan.balanced_rs == (balance and plan.bn >= 224), plan
+        assert plan.split_row == (split and plan.bn >= 224), plan
         for i in range(3):
             check(op, seed=M * 3 + K + N + i, M=M, K=K)
     finally:
-        op.force_balance, op.force_cta_group, op.force_peers_first = True, None, None
+        op.force_split_row, op.force_cta_group, op.force_peers_first = None, None, None
 
 
 def test_rs_split_rows_random_M_bitwise(comm):
-    """300 queued RS calls of random M at N=7168 in the 1-CTA round order (shared rows split
-    between lists wherever M leaves one), each one now and then recomputed bitwise."""
+    """300 queued RS calls of random M at N=7168 in the 1-CTA round order with shared rows
+    split between lists wherever M leaves one, now and then recomputed bitwise."""
     op = get_op(comm, 7168, False)
-    op.force_cta_group, op.force_peers_first = 1, False
+    op.force_cta_group, op.force_peers_first, op.force_split_row = 1, False, True
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(99)
     checks = 0
@@ -692,5 +692,5 @@ def test_rs_split_rows_random_M_bitwise(comm):
         torch.cuda.synchronize()
         op.check()
     finally:
-        op.force_cta_group, op.force_peers_first = None, None
+        op.force_cta_group, op.force_peers_first, op.force_split_row = None, None, None
     assert checks > 3
