@@ -117,6 +117,12 @@ MAX_BAND = 255
 # pieces per unit at most
 SK_CTAS = 160
 SK_MAX_PIECES = 8
+# A shared RS tile row is split between two lists (``split_row``) only where the lane cost
+# drops at least this much: 2x H200 (docs/PERF.md (r)), N=7168: M 1025-1152 (cost 0.74x:
+# three rounds of 224-wide tiles -> two of 256) RS +1-3% at K <= 2048, +10% at 4096, +17%
+# at 9216; M 2817-2944 (0.92x: seven rounds -> six) -5% at K=2048, +2-7% at 9216; where
+# the round count stays, 2-8% slower.
+SPLIT_ROW_GAIN = 0.8
 # Push-all AR plans (module docstring) reduce every tile after the CTA's last push, a tail that
 # grows with M; workspaces hold their receive slots up to this M
 PUSH_ALL_MAX_M = 1024
@@ -539,8 +545,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     GEMM's width); None: ``choose_push_all`` decides for world-2 sm90 AR plans nothing else
     was forced on (the caller passes None only where the transport can run it: unicast,
     bulk-copy pushes). ``split_row``: RS round orders split a tile row two owners share
-    between their lists (module docstring); None: where that takes fewer rounds
-    (``lane_cost``), False: never, True: wherever ``can_split_row``."""
+    between their lists (module docstring); None: where the width choice's lane cost drops
+    to ``SPLIT_ROW_GAIN`` of the best whole-row plan's or below, False: never, True:
+    wherever ``can_split_row``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (sk is None and flat is None and peers_first is None and push_all is not True
@@ -650,7 +657,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     cta_group = cg0 if cta_group is None else cta_group
     if bn is None and bn0 is None:
         # sm90: the tile width whose last wave costs least (``lane_cost``), widest on a tie
-        options, refused = [], None
+        options, splits, refused = [], [], None
         for b in (256, 224, 128):
             if N % b == 0:
                 try:
@@ -658,7 +665,12 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                                               cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
                                               rotate=rotate, peers_first=peers_first,
                                               pair_n=pair_n, flat=flat,
-                                              split_row=split_row))
+                                              split_row=bool(split_row)))
+                    if split_row is None:
+                        splits.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch,
+                                                 bn=b, cta_group=cta_group, pair_ctas=pair_ctas,
+                                                 lag=lag, rotate=rotate, peers_first=peers_first,
+                                                 pair_n=pair_n, flat=flat, split_row=True))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
@@ -669,8 +681,11 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
             # N=7168, K=4096: 128-wide AR 14% faster than 224-wide; RS at K=9216 the other
             # way by 7%: a rule of thumb, docs/PERF.md (d)).
             options = [p for p in options if p.rounds - p.lag >= 2] or options
-        # whole rows where a split row would not take fewer rounds (``split_row``)
-        return min(options, key=lambda p: (lane_cost(p), p.split_row))
+            splits = [p for p in splits if p.split_row and p.rounds - p.lag >= 2]
+        best = min(options, key=lane_cost)
+        if splits and lane_cost(min(splits, key=lane_cost)) <= SPLIT_ROW_GAIN * lane_cost(best):
+            return min(splits, key=lane_cost)
+        return best
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
         raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")
@@ -703,10 +718,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         return replace(base, grid=chunk, chunk=chunk, rounds=world * ceil_div(longest, chunk),
                        peers_first=True)
     plan = _round_order(base, sm_count, lag, rotate)
-    if split_row is not False and arch not in BLACKWELL and plan.can_split_row:
-        split = _round_order(replace(base, split_row=True), sm_count, lag, rotate)
-        if split_row or split.rounds - split.lag < plan.rounds - plan.lag:
-            return split
+    if split_row and arch not in BLACKWELL and plan.can_split_row:
+        return _round_order(replace(base, split_row=True), sm_count, lag, rotate)
     return plan
 
 
