@@ -91,6 +91,16 @@ Every lane of the round starts at the same time, so the pieces of a k-slab are r
 as in the rounds before (a stream-K split over the last G + R units, each lane at its own k
 offset, measured 15-45% slower here: x and w no longer shared in L2).
 
+Split rows (``split_row``; RS, the 1-CTA round order at widths 224 and 256)
+Where local_M is not a multiple of 128 a tile row holds rows of owners o-1 and o, and by
+the rule above its tiles all go to L_(o-1): at 1152 x 7168 with 256-wide tiles the lists
+hold 140 and 112 tiles, three chunks of 66 lanes where 126 each would fit two. With
+``split_row`` S(o) moves inside that row, to the tile nearest ceil(o * T / world). Its
+tiles are shared (``tile_owners``), so whichever list holds one, every rank parks its own
+rows and reduces them after its last round; tiles only one rank owns stay in its list, so
+the wait argument above is unchanged. Taken where it cuts the lane cost enough
+(``SPLIT_ROW_GAIN``); where the chunk count stays it measured 2-8% slower.
+
 Peers first (``peers_first``; 1-CTA, off by default)
 Every lane works on every list in turn: round ``k * world + p`` takes chunk k of
 L_(r+1+p) for p < world-1 and chunk k of r's own list for p = world-1, with chunk = all the
