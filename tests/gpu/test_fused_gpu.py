@@ -395,19 +395,31 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
         "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3),
         "pn64": (None, 64, None), "pnpf64": (True, 64, None)}[order]
     op.force_pair_n = order.startswith("pn")  # pairs along N (384 = 6 tiles of 64)
+    try:
+        checks = random_m_calls(op, 2000, 256, seed=1234, low=1, p_check=0.01)
+    finally:
+        op.force_peers_first = op.force_bn = op.force_band = None
+        op.force_pair_n = False
+    assert checks > 5
+
+
+def random_m_calls(op: GemmRsAr, steps: int, K: int, *, seed: int, low: int,
+                   p_check: float) -> int:
+    """Queue ``steps`` calls of random M in [low, MAX_M] (the same M on every rank: the op is
+    collective), no host sync between them; with probability ``p_check`` a call is recomputed
+    and must match bitwise. Returns the number of recomputations."""
     dev = torch.device("cuda", torch.cuda.current_device())
-    rng = random.Random(1234)  # same on every rank: the op is collective
-    K = 256
+    rng = random.Random(seed)
     checks = 0
     recent: list = []
     try:
-        for step in range(2000):
-            M = rng.randint(1, MAX_M)
+        for step in range(steps):
+            M = rng.randint(low, MAX_M)
             p = op.plan(M, K)
             recent = (recent + [(step, M, p.bn, p.peers_first, p.grid, p.rounds)])[-6:]
             x, w = rank_inputs(step, op.rank, M, op.N, K, dev)
             y = op(x, w)
-            if rng.random() < 0.01:
+            if rng.random() < p_check:
                 again = op(x.clone(), w.clone())
                 torch.cuda.synchronize()
                 assert torch.equal(y, again), f"step {step} M={M}: recomputation differs"
@@ -417,10 +429,7 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     except RsarTimeoutError as e:
         raise AssertionError(f"{e}; last calls (step, M, bn, peers_first, grid, rounds): "
                              f"{recent}") from e
-    finally:
-        op.force_peers_first = op.force_bn = op.force_band = None
-        op.force_pair_n = False
-    assert checks > 5
+    return checks
 
 
 def test_cluster_occupancy_probe_matches_cute(comm):
@@ -676,21 +685,8 @@ def test_rs_split_rows_random_M_bitwise(comm):
     split between lists wherever M leaves one, now and then recomputed bitwise."""
     op = get_op(comm, 7168, False)
     op.force_cta_group, op.force_peers_first, op.force_split_row = 1, False, True
-    dev = torch.device("cuda", torch.cuda.current_device())
-    rng = random.Random(99)
-    checks = 0
     try:
-        for step in range(300):
-            M = rng.randint(129, MAX_M)
-            x, w = rank_inputs(step, op.rank, M, op.N, 512, dev)
-            y = op(x, w)
-            if rng.random() < 0.05:
-                again = op(x.clone(), w.clone())
-                torch.cuda.synchronize()
-                assert torch.equal(y, again), f"step {step} M={M}"
-                checks += 1
-        torch.cuda.synchronize()
-        op.check()
+        checks = random_m_calls(op, 300, 512, seed=99, low=129, p_check=0.05)
     finally:
         op.force_cta_group, op.force_peers_first, op.force_split_row = None, None, None
     assert checks > 3
