@@ -676,7 +676,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                                               rotate=rotate, peers_first=peers_first,
                                               pair_n=pair_n, flat=flat,
                                               split_row=bool(split_row)))
-                    if split_row is None:
+                    if split_row is None and mode == "rs":
                         splits.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch,
                                                  bn=b, cta_group=cta_group, pair_ctas=pair_ctas,
                                                  lag=lag, rotate=rotate, peers_first=peers_first,

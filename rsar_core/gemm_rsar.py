@@ -133,7 +133,8 @@ class GemmRsAr:
         # (``launch.plan``, ``TilePlan.sk``); None: ``choose_sk`` decides (fused, K >= 4096)
         self.force_sk: bool | None = None
         # sm90 RS round orders: a tile row two owners share split between their lists
-        # (``launch.plan``, ``TilePlan.split_row``); None: where that takes fewer rounds
+        # (``launch.plan``, ``TilePlan.split_row``); None: where that cuts the plan's lane
+        # cost to ``SPLIT_ROW_GAIN`` or below (M 1025-1152 at N=7168)
         self.force_split_row: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
