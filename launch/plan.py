@@ -676,25 +676,23 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                                               rotate=rotate, peers_first=peers_first,
                                               pair_n=pair_n, flat=flat,
                                               split_row=bool(split_row)))
-                    if split_row is None and mode == "rs":
-                        splits.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch,
-                                                 bn=b, cta_group=cta_group, pair_ctas=pair_ctas,
-                                                 lag=lag, rotate=rotate, peers_first=peers_first,
-                                                 pair_n=pair_n, flat=flat, split_row=True))
                 except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                     refused = e
         if not options:
             raise refused or ValueError(f"no sm90 tile width divides N={N}")
+        if split_row is None:
+            splits = [_split_row(p, sm_count, lag) for p in options if p.can_split_row]
         if mode != "gemm":
             # A lane with a single tile pushes it only after its whole GEMM, with nothing
             # left to overlap: where some width gives every lane two tiles, take it (M=512,
             # N=7168, K=4096: 128-wide AR 14% faster than 224-wide; RS at K=9216 the other
             # way by 7%: a rule of thumb, docs/PERF.md (d)).
             options = [p for p in options if p.rounds - p.lag >= 2] or options
-            splits = [p for p in splits if p.split_row and p.rounds - p.lag >= 2]
+            splits = [p for p in splits if p.rounds - p.lag >= 2]
         best = min(options, key=lane_cost)
-        if splits and lane_cost(min(splits, key=lane_cost)) <= SPLIT_ROW_GAIN * lane_cost(best):
-            return min(splits, key=lane_cost)
+        split = min(splits, key=lane_cost, default=None)
+        if split is not None and lane_cost(split) <= SPLIT_ROW_GAIN * lane_cost(best):
+            return split
         return best
     bn = bn0 if bn is None else bn
     if bn not in TILE_NS or N % bn:
@@ -729,8 +727,13 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                        peers_first=True)
     plan = _round_order(base, sm_count, lag, rotate)
     if split_row and arch not in BLACKWELL and plan.can_split_row:
-        return _round_order(replace(base, split_row=True), sm_count, lag, rotate)
+        return _split_row(plan, sm_count, lag)
     return plan
+
+
+def _split_row(plan: TilePlan, sm_count: int, lag: int | None) -> TilePlan:
+    """A whole-row round-order ``plan`` with its shared tile row split (``split_row``)."""
+    return _round_order(replace(plan, split_row=True), sm_count, lag, plan.rotate)
 
 
 def _round_order(base: TilePlan, sm_count: int, lag: int | None, rotate: bool) -> TilePlan:
