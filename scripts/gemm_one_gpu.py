@@ -1,0 +1,168 @@
+"""The plain GEMM kernel (the fused kernel with the communication compiled out) on one GPU,
+against torch.mm: no communicator, no symmetric memory, no peer.
+
+    python3 scripts/gemm_one_gpu.py --columns default,stages4,c1,c2 --json out.json
+
+For a host with a single GPU, or a session with no 2-GPU machine: the GEMM half of the fused
+op can be measured and tuned there. Every column is first checked against the float64
+product of the same inputs (NaN-poisoned output), then timed in interleaved blocks (each
+block runs every column once, behind a GPU sleep, inputs rotated past L2); the median per
+column is reported, with the ratio torch.mm / column.
+
+Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
+least N mainloop stages), ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width
+W), joined with ``+`` (``c1+bn256+stages4``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = [(M, N, K) for N in (7168, 8192) for K in (1024, 4096, 9216)
+          for M in (128, 256, 512, 1024, 2048, 4096)]
+L2_BYTES = 60 * 2**20
+
+
+def column_knobs(name: str) -> dict:
+    """``make_plan`` keywords and the variant's ``stages`` of a column name; ValueError if
+    it names something else."""
+    knobs: dict = {}
+    for part in name.split("+"):
+        if part == "default":
+            continue
+        if part in ("c1", "c2"):
+            knobs["cta_group"] = int(part[1])
+        elif part.startswith("bn") and part[2:].isdigit():
+            knobs["bn"] = int(part[2:])
+        elif part.startswith("stages") and part[6:].isdigit():
+            knobs["stages"] = int(part[6:])
+        else:
+            raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
+                             f"stagesN, joined with +)")
+    return knobs
+
+
+def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
+                pair_ctas: int | None = None) -> tuple:
+    """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
+    (a width that does not divide N, too many stages). ``pair_ctas``: CTAs resident at once
+    as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM)."""
+    from launch.cache import Variant, default_push, push_for
+    from launch.plan import make_plan
+    knobs = column_knobs(name)
+    stages = knobs.pop("stages", 0)
+    plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
+    push = push_for(default_push("sm_90a", "unicast", "rs"), "gemm")
+    v = Variant("sm_90a", plan.bn, 2, "gemm", "unicast", plan.cta_group, push=push, pdl=1,
+                stages=stages, sk=int(plan.sk > 1))
+    if stages:
+        from launch.sm90_kernel import Sm90FusedKernel
+        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=push, stages=stages)
+    return plan, v
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--columns", default="default", help="comma-separated (see above)")
+    p.add_argument("--shapes", default=None, help="M,N,K;M,N,K;... (default: the issue's N and "
+                   "K, M 128-4096)")
+    p.add_argument("--iters", type=int, default=40, help="timed calls per column and block")
+    p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args(argv)
+    a.column_list = [c for c in a.columns.split(",") if c]
+    for c in a.column_list:
+        try:
+            column_knobs(c)
+        except ValueError as e:
+            p.error(str(e))
+    try:
+        a.shape_list = SHAPES if a.shapes is None else [
+            tuple(int(v) for v in s.split(",")) for s in a.shapes.split(";")]
+    except ValueError:
+        a.shape_list = [()]
+    if any(len(s) != 3 or min(s) <= 0 for s in a.shape_list):
+        p.error("--shapes takes M,N,K triples of positive ints, ';'-separated")
+    if a.iters < 1 or a.blocks < 1:
+        p.error("--iters and --blocks must be >= 1")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    import torch
+    from launch.cache import CACHE
+    from launch.layout import WorkspaceLayout
+    dev = torch.device("cuda", torch.cuda.current_device())
+    sm_count = torch.cuda.get_device_properties(dev).multi_processor_count
+    lay = WorkspaceLayout.build(max(s[0] for s in a.shape_list), max(s[1] for s in a.shape_list), 2)
+    ws = torch.zeros(lay.total_bytes, dtype=torch.uint8, device=dev)  # split-K slots only
+    err = torch.zeros(8, dtype=torch.int32, device=dev)
+    # after the first allocation: the occupancy probe loads a module into the current context
+    from rsar_core.gemm_rsar import _pair_ctas
+    pair_ctas = _pair_ctas(dev.index, sm_count)
+    rows = []
+    for M, N, K in a.shape_list:
+        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
+        sets = [(torch.randn(M, K, device=dev).bfloat16(),
+                 (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()) for _ in range(nsets)]
+        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        cols: dict[str, Any] = {"mm": lambda x, w: torch.mm(x, w.t(), out=y)}
+        skipped = {}
+        for name in a.column_list:
+            try:
+                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas)
+            except ValueError as e:
+                skipped[name] = str(e)
+                continue
+            fn = CACHE.get(v)
+
+            def run(x, w, fn=fn, p=plan):
+                fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), p.M, p.N, p.K, ws.data_ptr(), 0, 0,
+                   err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
+                   p.grid, 5_000_000_000, lay.arrive_off, lay.result_off, lay.recv_off,
+                   lay.recv_region_bytes, lay.part_off, lay.out_off,
+                   torch.cuda.current_stream(dev).cuda_stream)
+            cols[name] = run
+        ref = sets[0][0].double() @ sets[0][1].double().t()
+        errors = {}
+        for name, fn in cols.items():
+            y.fill_(float("nan"))
+            fn(*sets[0])
+            torch.cuda.synchronize()
+            errors[name] = ((y.double() - ref).norm() / ref.norm()).item()
+            if not errors[name] < 1e-2 or err[0].item():
+                raise RuntimeError(f"{name} at {M}x{N}x{K}: rel err {errors[name]:.2e}")
+        times: dict[str, list[float]] = {k: [] for k in cols}
+        for _ in range(a.blocks):
+            for name, fn in cols.items():
+                for i in range(3):
+                    fn(*sets[i % nsets])
+                torch.cuda._sleep(2_000_000)
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * a.iters)]
+                for i in range(a.iters):
+                    ev[2 * i].record()
+                    fn(*sets[i % nsets])
+                    ev[2 * i + 1].record()
+                torch.cuda.synchronize()
+                times[name] += [ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3
+                                for i in range(a.iters)]
+        us = {k: statistics.median(v) for k, v in times.items()}
+        rows.append({"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped})
+        print(f"{M} x {N} x {K}: " + "  ".join(
+            f"{k} {v:.1f} us" + (f" ({us['mm'] / v:.3f})" if k != "mm" else "")
+            for k, v in us.items()), flush=True)
+    if a.json is not None:
+        a.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

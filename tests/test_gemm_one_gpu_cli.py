@@ -1,0 +1,55 @@
+"""scripts/gemm_one_gpu.py: bad arguments are refused before a GPU is touched, and each
+column name maps to the plan and kernel variant it stands for."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gemm_one_gpu.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gemm_one_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bad_columns_and_shapes_are_refused():
+    r = _run("--columns", "default,c3")
+    assert r.returncode == 2 and "unknown column part 'c3'" in r.stderr
+    r = _run("--shapes", "128,7168")
+    assert r.returncode == 2 and "M,N,K triples" in r.stderr
+    r = _run("--shapes", "a,b,c")
+    assert r.returncode == 2 and "M,N,K triples" in r.stderr
+    r = _run("--iters", "0")
+    assert r.returncode == 2 and "--iters" in r.stderr
+
+
+def test_columns_are_the_plans_they_name():
+    from launch.plan import make_plan
+    mod = _module()
+    plan, v = mod.column_plan("default", 2048, 7168, 4096)
+    assert plan == make_plan(2048, 7168, 4096, 2, 132, "gemm")
+    assert (v.mode, v.bn, v.cta_group, v.pdl, v.push, v.stages) == ("gemm", plan.bn,
+                                                                    plan.cta_group, 1, "tma", 0)
+    plan, v = mod.column_plan("c1+bn256", 2048, 7168, 4096)
+    assert (plan.cta_group, plan.bn, v.cta_group, v.bn) == (1, 256, 1, 256)
+    with pytest.raises(ValueError):
+        mod.column_plan("bn224", 512, 8192, 4096)  # 224 does not divide 8192
+
+
+def test_stages_column_is_checked_against_shared_memory():
+    pytest.importorskip("cutlass")
+    mod = _module()
+    _, v = mod.column_plan("c2+bn224+stages4", 2048, 7168, 4096)
+    assert v.stages == 4
+    with pytest.raises(ValueError, match="stages"):
+        mod.column_plan("bn256+stages6", 2048, 8192, 4096)
