@@ -7,6 +7,8 @@ import torch
 
 MAX_WORLD = 16
 K_ALIGN = 64
+# Lets ranks share a GPU (check_one_gpu_per_rank): functional tests on a one-GPU host.
+SHARED_GPU_ENV = "RSAR_ALLOW_SHARED_GPU"
 
 
 def check_construction(max_M: int, N: int, world: int) -> None:
@@ -21,6 +23,32 @@ def check_construction(max_M: int, N: int, world: int) -> None:
         raise ValueError(f"max_M must be >= 128, got {max_M}")
     if N <= 0 or N % 128:
         raise ValueError(f"N must be a positive multiple of 128, got {N}")
+
+
+def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str | None:
+    """``gpus``: every rank's GPU identity (host and UUID), in rank order; "" where unknown.
+
+    The fused kernel waits on peers' pushes with every rank's persistent grid resident. Two
+    ranks on one GPU cannot both be resident: the GPU time-slices their processes, and each
+    wait lasts a slice (one H200: ~4 ms a call instead of 20-200 us). Under
+    MPS the grids would share the SMs and could wait on each other forever. Raises
+    ValueError, or with ``allow_shared`` (functional tests on a one-GPU host) returns the
+    message for a warning."""
+    first: dict[str, int] = {}
+    for rank, gpu in enumerate(gpus):
+        if not gpu:
+            continue
+        if gpu in first:
+            why = (f"ranks {first[gpu]} and {rank} are on the same GPU ({gpu}): rsar needs one "
+                   f"GPU per rank")
+            if allow_shared:
+                return (why + f"; {SHARED_GPU_ENV}=1 lets them share it, each call taking "
+                        f"milliseconds (functional tests only; not under MPS)")
+            raise ValueError(why + ". Select each rank's device before constructing, e.g. "
+                             f"torch.cuda.set_device(local_rank) ({SHARED_GPU_ENV}=1 lets "
+                             f"ranks share a GPU, slowly, for functional tests)")
+        first[gpu] = rank
+    return None
 
 
 def weight_of(w: Any) -> Any:

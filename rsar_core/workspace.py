@@ -9,6 +9,8 @@ epoch counts their launches.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from typing import Any
 
 import torch
@@ -19,9 +21,16 @@ from multicast.symmetric import SymmetricMemory
 
 from .errors import ClosedError
 from .ordering import LaunchOrder
-from .validate import check_construction
+from .validate import SHARED_GPU_ENV, check_construction, check_one_gpu_per_rank
 
 log = logging.getLogger("rsar")
+
+
+def _gpu_identity(device: torch.device) -> str:
+    """Host and UUID of ``device`` ("" if this torch cannot tell): equal on two ranks only
+    when they share the GPU."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"{socket.gethostname()} GPU-{uuid}" if uuid else ""
 
 
 class Workspace:
@@ -41,6 +50,11 @@ class Workspace:
         self.max_M, self.N = max_M, N
         self.rank, self.world = self.bootstrap.rank, self.bootstrap.world
         self.device = torch.device("cuda", torch.cuda.current_device())
+        gpus = self.bootstrap.allgather(_gpu_identity(self.device).encode())
+        shared = check_one_gpu_per_rank([g.decode() for g in gpus],
+                                        os.environ.get(SHARED_GPU_ENV, "") == "1")
+        if shared:
+            log.warning("%s", shared)
         need = max(WorkspaceLayout.build(max_M, N, self.world, t).total_bytes
                    for t in ("unicast", "multicast"))  # the transport is known only after setup
         self._mem = SymmetricMemory(need, self.bootstrap, device=self.device.index)
