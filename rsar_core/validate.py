@@ -30,10 +30,9 @@ def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str |
 
     The fused kernel waits on peers' pushes with every rank's persistent grid resident. Two
     ranks on one GPU cannot both be resident: the GPU time-slices their processes, and each
-    wait lasts a slice (one H200: ~4 ms a call instead of 20-200 us). Under
-    MPS the grids would share the SMs and could wait on each other forever. Raises
-    ValueError, or with ``allow_shared`` (functional tests on a one-GPU host) returns the
-    message for a warning."""
+    wait lasts a slice (one H200: ~4 ms a call instead of 20-200 us). Under MPS the grids
+    would share the SMs and could wait on each other forever. Raises ValueError, or with
+    ``allow_shared`` (functional tests on a one-GPU host) returns the message for a warning."""
     first: dict[str, int] = {}
     for rank, gpu in enumerate(gpus):
         if not gpu:

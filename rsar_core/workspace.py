@@ -50,9 +50,12 @@ class Workspace:
         self.max_M, self.N = max_M, N
         self.rank, self.world = self.bootstrap.rank, self.bootstrap.world
         self.device = torch.device("cuda", torch.cuda.current_device())
-        gpus = self.bootstrap.allgather(_gpu_identity(self.device).encode())
-        shared = check_one_gpu_per_rank([g.decode() for g in gpus],
-                                        os.environ.get(SHARED_GPU_ENV, "") == "1")
+        # Every rank decides from the same gathered data, so all raise or none does.
+        allow = os.environ.get(SHARED_GPU_ENV, "") == "1"
+        got = [g.decode().split("|", 1) for g in self.bootstrap.allgather(
+            f"{int(allow)}|{_gpu_identity(self.device)}".encode())]
+        shared = check_one_gpu_per_rank([gpu for _, gpu in got],
+                                        all(flag == "1" for flag, _ in got))
         if shared:
             log.warning("%s", shared)
         need = max(WorkspaceLayout.build(max_M, N, self.world, t).total_bytes

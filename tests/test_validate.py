@@ -28,14 +28,18 @@ def test_a_shared_gpu_can_be_allowed_for_functional_tests():
 
 
 class _Gather:
-    """A bootstrap whose allgather answers as if every rank sat on ``gpus``."""
+    """A bootstrap whose allgather answers as if the ranks sat on ``gpus``, rank 0 being this
+    process and the others allowing a shared GPU where ``allow`` says so."""
 
-    def __init__(self, gpus: list[str]) -> None:
+    def __init__(self, gpus: list[str], allow: list[bool] | None = None) -> None:
         self.rank, self.world, self.gpus, self.calls = 0, len(gpus), gpus, 0
+        self.allow = allow or [False] * len(gpus)
 
     def allgather(self, data: bytes) -> list[bytes]:
         self.calls += 1
-        return [g.encode() for g in self.gpus]
+        flag, gpu = data.decode().split("|", 1)
+        assert gpu == self.gpus[0]
+        return [data] + [f"{int(a)}|{g}".encode() for a, g in zip(self.allow[1:], self.gpus[1:])]
 
 
 def _fake_cuda(monkeypatch, uuid):
@@ -47,7 +51,8 @@ def _fake_cuda(monkeypatch, uuid):
 
 def test_workspace_refuses_a_shared_gpu_before_allocating(monkeypatch):
     _fake_cuda(monkeypatch, "abc")
-    bs = _Gather(["n GPU-abc", "n GPU-abc"])
+    me = f"{ws_mod.socket.gethostname()} GPU-abc"
+    bs = _Gather([me, me])
     monkeypatch.setattr(ws_mod, "make_bootstrap", lambda comm: bs)
 
     def no_alloc(*a, **k):
@@ -56,7 +61,11 @@ def test_workspace_refuses_a_shared_gpu_before_allocating(monkeypatch):
     with pytest.raises(ValueError, match="ranks 0 and 1 are on the same GPU"):
         ws_mod.Workspace(256, 7168)
     assert bs.calls == 1
-    monkeypatch.setenv("RSAR_ALLOW_SHARED_GPU", "1")  # allowed: on to the allocation
+    # allowed here but not on rank 1: every rank still refuses (the same verdict everywhere)
+    monkeypatch.setenv("RSAR_ALLOW_SHARED_GPU", "1")
+    with pytest.raises(ValueError, match="ranks 0 and 1 are on the same GPU"):
+        ws_mod.Workspace(256, 7168)
+    bs.allow = [True, True]  # allowed on every rank: on to the allocation
     with pytest.raises(AssertionError, match="allocated before the check"):
         ws_mod.Workspace(256, 7168)
 
