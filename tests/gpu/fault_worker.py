@@ -21,10 +21,10 @@ from rsar_core.reference import rank_inputs  # noqa: E402
 
 def main() -> int:
     rank, world, init_file, progress = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank % torch.cuda.device_count())  # one GPU: shared (opt-in)
+    torch.cuda.set_device(dev)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     op = GemmRsAr(max_M=1024, N=384, comm=dist.group.WORLD, timeout_s=2.0)
-    dev = torch.device("cuda", rank)
     x, w = rank_inputs(1, rank, 1000, 384, 256, dev)
     t_fail = None
     try:
