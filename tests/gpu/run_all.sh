@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check, one log each, on a host with 2 GPUs:   tests/gpu/run_all.sh OUTDIR
 # (On one GPU, RSAR_ALLOW_SHARED_GPU=1 lets the two ranks share it: functional only, ~4 ms a
-# call; the torchrun tp_worker step needs two GPUs.)
+# call; the demo refuses a one-GPU host.)
 # Each step has a time limit so a hang costs minutes, not the whole session; the summary
 # line of each step is printed at the end. RSAR_SKIP_FUSED=1 leaves out the fused suite (the
 # longest step) when it ran on its own.
