@@ -24,8 +24,9 @@ def gpu_skip_reason() -> str | None:
         return "torch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA device"
-    if torch.cuda.device_count() < 2 and os.environ.get("RSAR_ALLOW_SHARED_GPU") != "1":
-        return "needs 2 GPUs (RSAR_ALLOW_SHARED_GPU=1: ranks share one, slowly)"
+    from rsar_core.validate import SHARED_GPU_ENV
+    if torch.cuda.device_count() < 2 and os.environ.get(SHARED_GPU_ENV) != "1":
+        return f"needs 2 GPUs ({SHARED_GPU_ENV}=1: ranks share one, slowly)"
     if _mpi_world() < 2:
         return "run under mpirun -n 2"
     return None
