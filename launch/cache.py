@@ -101,6 +101,28 @@ def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) ->
     return int(plan.mode == "rs" and plan.peers_first)
 
 
+def default_stages(arch: str, transport: str, push: str, plan: TilePlan) -> int:
+    """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, else 0 (the kernel's
+    3 mainloop stages with a whole-tile sub-tile ring). The ring's depth lets a lane's MMA
+    warps start its next tile while the last one is pushed or stored; with at most two
+    tiles per lane (three for the GEMM alone at 224 wide, one at 256) there is little next
+    tile to start, and a fourth stage keeps more k-blocks in flight instead. Same runs on
+    2x H200 (docs/PERF.md (t), two runs, N 7168 / 8192, K 1024-9216, M 384-1152), four
+    stages against three: RS +1.3..+5.7% and AR +3.3..+3.8% on 224-wide two-round plans at
+    K >= 2048 (M 896-1024); the GEMM alone +1.5..+7.0% at 224 wide (M 384-1152) and
+    +1.1..+4.4% on 256-wide one-round plans (M 384-512). K=1024 ties (0.98-1.02), RS plans
+    that split a shared row lose up to 7% (1152 x 7168), and from four tiles per lane
+    the GEMM alone loses 1-6% (docs/PERF.md (s)). Bulk-copy pushes on unicast only, where
+    it was measured."""
+    if (arch != "sm_90a" or transport != "unicast" or push == "lsu" or plan.K < 2048
+            or plan.split_row or plan.sk):
+        return 0
+    tiles = plan.rounds - plan.lag
+    if plan.bn == 224 and tiles <= (3 if plan.mode == "gemm" else 2):
+        return 4
+    return 4 if plan.bn == 256 and tiles <= 1 else 0
+
+
 def push_for(push: str, mode: str) -> str:
     """The push a ``mode`` kernel compiles with: "tma_all" differs from "tma" only in AR."""
     return "tma" if push == "tma_all" and mode != "ar" else push

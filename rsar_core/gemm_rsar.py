@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
-                          default_push, default_push_window, push_for)
+                          default_push, default_push_window, default_stages, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -103,7 +103,8 @@ class GemmRsAr:
         # sm90: True forces 2x1 clusters pairing tiles along N (sharing x's tile); False lets
         # the plan choose (it takes them for AR at one tile row; force_cta_group=1 rules them out)
         self.force_pair_n = False
-        # sm90: at least this many mainloop stages (0: the plan's); the sub-tile ring shrinks
+        # sm90: at least this many mainloop stages, the sub-tile ring shrinking to fit; 0: the
+        # plan's (``launch.cache.default_stages``); 3 keeps the whole-tile ring everywhere
         self.force_stages = 0
         # sm90 AR: the push-all plan (every rank pushes every tile to every peer and reduces
         # every tile itself; ``launch.plan``), M <= PUSH_ALL_MAX_M; None: the plan's choice
@@ -262,7 +263,8 @@ class GemmRsAr:
             fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
                                    plan.cta_group, epi_slots, push=push,
                                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
-                                   stages=stages, push_all=int(plan.push_all),
+                                   stages=self._stages(plan, push, epi_slots),
+                                   push_all=int(plan.push_all),
                                    pdl=pdl, prefetch=prefetch,
                                    early_copy=self._early_copy(plan),
                                    push_window=self._push_window(plan, push),
@@ -284,6 +286,13 @@ class GemmRsAr:
         if self.force_push_window is None or push == "lsu" or plan.mode == "gemm":
             return default_push_window(self.arch or "", self.transport, push, plan)
         return int(self.force_push_window)
+
+    def _stages(self, plan: TilePlan, push: str, epi_slots: int) -> int:
+        """At least this many sm90 mainloop stages: ``force_stages``, else
+        ``launch.cache.default_stages`` (0 where the ring depth is forced)."""
+        if epi_slots or self.arch != "sm_90a":
+            return 0
+        return self.force_stages or default_stages(self.arch, self.transport, push, plan)
 
     def _early_copy(self, plan: TilePlan) -> int:
         """``launch.cache.default_early_copy``, unless forced off."""

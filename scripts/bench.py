@@ -81,7 +81,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
-                        "gemm_st4 / rs_st4 / ar_st4")
+                        "gemm_st4 / rs_st4 / ar_st4, and with 3 (the whole-tile ring: the "
+                        "default before launch.cache.default_stages) as *_st3")
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
@@ -320,8 +321,9 @@ class Bench:
                                           force_bn=64), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
-                cols[f"{m}_st4"] = (_with(ops[m if m != "gemm" else "rs"], fn, force_stages=4),
-                                   sets)
+                for st in (3, 4):
+                    cols[f"{m}_st{st}"] = (_with(ops[m if m != "gemm" else "rs"], fn,
+                                                 force_stages=st), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}

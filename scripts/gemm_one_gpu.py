@@ -10,7 +10,7 @@ block runs every column once, behind a GPU sleep, inputs rotated past L2); the m
 column is reported, with the ratio torch.mm / column.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
-least N mainloop stages), ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width
+least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``), ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width
 W), joined with ``+`` (``c1+bn256+stages4``).
 """
 from __future__ import annotations
@@ -54,12 +54,14 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
     (a width that does not divide N, too many stages). ``pair_ctas``: CTAs resident at once
     as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM)."""
-    from launch.cache import Variant, default_push, push_for
+    from launch.cache import Variant, default_push, default_stages, push_for
     from launch.plan import make_plan
     knobs = column_knobs(name)
-    stages = knobs.pop("stages", 0)
+    stages = knobs.pop("stages", None)
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
     push = push_for(default_push("sm_90a", "unicast", "rs"), "gemm")
+    if stages is None:  # as the op: default_stages, whatever else the column forces
+        stages = default_stages("sm_90a", "unicast", push, plan)
     v = Variant("sm_90a", plan.bn, 2, "gemm", "unicast", plan.cta_group, push=push, pdl=1,
                 stages=stages, sk=int(plan.sk > 1))
     if stages:

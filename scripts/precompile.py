@@ -33,9 +33,9 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     plans where the transport runs them; programmatic dependent launch on sm90, the
     sub-tile-ahead loads of world-2 unicast reductions, AR's early result copies and
     one-sub-tile push windows, as
-    ``GemmRsAr`` launches by default)."""
+    ``GemmRsAr`` launches by default, with ``default_stages``)."""
     from launch.cache import (Variant, auto_push_all, default_early_copy, default_prefetch,
-                              default_push, default_push_window)
+                              default_push, default_push_window, default_stages, push_for)
     from launch.plan import make_plan
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
@@ -55,12 +55,14 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                                    int(p.pair_n), int(p.push_all), int(p.flat), int(p.sk > 1),
                                    int(p.split_row),
                                    default_early_copy(arch, tr, p),
-                                   default_push_window(arch, tr, push, p)))
+                                   default_push_window(arch, tr, push, p),
+                                   default_stages(arch, tr, push_for(push, mode), p)))
     pdl = int(arch == "sm_90a")
     return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
                     push_all=pa, flat=fl, sk=sk, split_row=sr, pdl=pdl,
-                    prefetch=default_prefetch(arch, world, tr, mode), early_copy=ec, push_window=pw)
-            for bn, mode, tr, push, cg, pf, pn, pa, fl, sk, sr, ec, pw in sorted(kinds)]
+                    prefetch=default_prefetch(arch, world, tr, mode), early_copy=ec, push_window=pw,
+                    stages=st)
+            for bn, mode, tr, push, cg, pf, pn, pa, fl, sk, sr, ec, pw, st in sorted(kinds)]
 
 
 def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:

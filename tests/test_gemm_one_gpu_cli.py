@@ -40,6 +40,9 @@ def test_columns_are_the_plans_they_name():
     assert plan == make_plan(2048, 7168, 4096, 2, 132, "gemm")
     assert (v.mode, v.bn, v.cta_group, v.pdl, v.push, v.stages) == ("gemm", plan.bn,
                                                                     plan.cta_group, 1, "tma", 0)
+    # the op's default_stages where it applies; stages3 turns it off
+    assert mod.column_plan("default", 1024, 7168, 4096)[1].stages == 4
+    assert mod.column_plan("stages3", 1024, 7168, 4096)[1].stages == 3
     plan, v = mod.column_plan("c1+bn256", 2048, 7168, 4096)
     assert (plan.cta_group, plan.bn, v.cta_group, v.bn) == (1, 256, 1, 256)
     with pytest.raises(ValueError):

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.cache import auto_push_all, default_early_copy, default_push, default_push_window
+from launch.cache import (auto_push_all, default_early_copy, default_push, default_push_window,
+                          default_stages, push_for)
 from launch.plan import make_plan
 
 _spec = importlib.util.spec_from_file_location(
@@ -20,7 +21,8 @@ def test_every_default_plan_has_a_precompiled_variant(arch, world):
     vs = precompile.variants(arch, world, ["unicast", "multicast"])
     assert all(v.pdl == int(arch == "sm_90a") for v in vs)
     listed = {(v.bn, v.mode, v.transport, v.cta_group, v.peers_first, v.pair_n, v.push_all,
-               v.flat, v.sk, v.push, v.early_copy, v.push_window) for v in vs}
+               v.flat, v.sk, v.split_row, v.push, v.early_copy, v.push_window, v.stages)
+              for v in vs}
     rng = random.Random(7)
     shapes = [(rng.randint(1, 70000), 128 * rng.randint(1, 80), 64 * rng.randint(1, 256))
               for _ in range(3000)]
@@ -36,7 +38,8 @@ def test_every_default_plan_has_a_precompiled_variant(arch, world):
                 p = make_plan(M, N, K, world, 132, mode, arch=arch,
                               push_all=auto_push_all(mode, tr, push))
                 key = (p.bn, mode, tr, p.cta_group, int(p.peers_first), int(p.pair_n),
-                       int(p.push_all), int(p.flat), int(p.sk > 1), push,
+                       int(p.push_all), int(p.flat), int(p.sk > 1), int(p.split_row), push,
                        default_early_copy(arch, tr, p),
-                       default_push_window(arch, tr, push, p))
+                       default_push_window(arch, tr, push, p),
+                       default_stages(arch, tr, push_for(push, mode), p))
                 assert key in listed, (M, N, K, mode, tr, key)

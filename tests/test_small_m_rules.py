@@ -1,9 +1,10 @@
 """The small-M defaults measured on 2x H200 (docs/PERF.md (i)): push-all AR at world 2, 64-wide
-tiles for the plain GEMM of one tile row, programmatic dependent launch on sm90."""
+tiles for the plain GEMM of one tile row, programmatic dependent launch on sm90; and the
+mainloop stages of plans with few tiles a lane (docs/PERF.md (t))."""
 import pytest
 
 import rsar_core.gemm_rsar as gemm_rsar
-from launch.cache import CACHE, auto_push_all
+from launch.cache import CACHE, auto_push_all, default_push, default_stages, push_for
 from launch.plan import choose_flat, choose_gemm_width, choose_push_all, choose_sk, make_plan
 from rsar_core.gemm_rsar import GemmRsAr
 
@@ -257,3 +258,52 @@ def test_op_split_row_variant_is_the_precompiled_one(variants):
     op.force_split_row = False
     plan, _ = op._plan_and_kernel(1152, 4096, "rs")
     assert not plan.split_row and variants[-1].split_row == 0 and variants[-1].bn == 224
+
+
+@pytest.mark.parametrize("M,N,K,mode,want", [
+    (1024, 7168, 4096, "rs", 4), (1024, 7168, 9216, "ar", 4), (896, 7168, 2048, "rs", 4),
+    (512, 7168, 4096, "gemm", 4), (1152, 7168, 4096, "gemm", 4), (512, 8192, 9216, "gemm", 4),
+    # K=1024 ties; 4 tiles a lane lose (GEMM alone, M=2048); 256-wide plans with 2 tiles a lane
+    (1024, 7168, 1024, "rs", 0), (2048, 7168, 4096, "gemm", 0), (1024, 8192, 4096, "rs", 0),
+    (1024, 8192, 4096, "gemm", 0), (4096, 7168, 4096, "rs", 0),
+    # a split shared row loses (RS 1152 x 7168); 128-wide plans keep 6 stages anyway
+    (1152, 7168, 4096, "rs", 0), (512, 7168, 4096, "rs", 0)])
+def test_default_stages(M, N, K, mode, want):
+    push = default_push("sm_90a", "unicast", mode)
+    p = make_plan(M, N, K, 2, 132, mode, push_all=auto_push_all(mode, "unicast", push))
+    assert default_stages("sm_90a", "unicast", push_for(push, mode), p) == want, p
+
+
+def test_default_stages_only_where_measured():
+    p = make_plan(1024, 7168, 4096, 2, 132, "rs")
+    assert default_stages("sm_90a", "unicast", "tma", p) == 4
+    assert default_stages("sm_90a", "unicast", "lsu", p) == 0
+    assert default_stages("sm_90a", "multicast", "tma", p) == 0
+    assert default_stages("sm_100a", "unicast", "tma", p) == 0
+
+
+def test_op_launches_the_stages_rule_and_its_knob(variants):
+    """The op launches ``default_stages``'s variant, which ``scripts/precompile.py`` lists;
+    ``force_stages`` overrides it (3: the whole-tile ring of the rule's absence), and a forced
+    ring depth leaves the stages to the kernel."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")
+    precompile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(precompile)
+    listed = set(precompile.variants("sm_90a", 2, ["unicast"]))
+    for mode in ("rs", "ar"):
+        op = _op(mode)
+        op._plan_and_kernel(1024, 4096, mode)
+        assert variants[-1].stages == 4 and variants[-1] in listed, variants[-1].describe()
+        op._plan_and_kernel(1024, 4096, "gemm")
+        assert variants[-1].stages == 4 and variants[-1] in listed, variants[-1].describe()
+        op._plan_and_kernel(4096, 4096, mode)
+        assert variants[-1].stages == 0
+        op.force_stages = 3
+        op._plan_and_kernel(1024, 4096, mode)
+        assert variants[-1].stages == 3
+        op.force_stages = 0
+        op._plan_and_kernel(1024, 4096, "gemm", epi_slots=2)
+        assert variants[-1].stages == 0

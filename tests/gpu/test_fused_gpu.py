@@ -13,6 +13,7 @@ from rsar_core import GemmRsAr, RsarTimeoutError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 from gpu_ops import MAX_M, get_op
+from launch.cache import default_stages, push_for
 from launch.plan import sk_pieces
 
 TOL = 1e-2
@@ -152,6 +153,45 @@ def test_four_stages_partial_ring(comm, M, K, ar, bn, cta_group):
         assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
     finally:
         op.force_stages, op.force_bn, op.force_cta_group = 0, None, None
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("K", [2048, 9216])
+@pytest.mark.parametrize("M", [832, 1000, 1024, 1152])
+def test_default_four_stage_plans(comm, M, K, ar):
+    """The plans ``default_stages`` gives 4 mainloop stages (224 wide with two tiles a lane
+    at N=7168; the GEMM alone also at three): correct against the float64 reference, and
+    bit for bit what the whole-tile ring's 3 stages compute (the k-blocks' order is the
+    same)."""
+    op = get_op(comm, 7168, ar)
+    mode = "ar" if ar else "rs"
+    push = push_for(op.push, mode)
+    if comm.Get_size() == 2 and op.transport == "unicast" and M in (1000, 1024):
+        assert default_stages(op.arch, op.transport, push, op.plan(M, K)) == 4
+    check(op, seed=M * 5 + K + int(ar), M=M, K=K)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M + K, op.rank, M, op.N, K, dev)
+    y4, g4 = op(x, w), op.gemm_only(x, w)
+    op.force_stages = 3
+    try:
+        y3, g3 = op(x, w), op.gemm_only(x, w)
+    finally:
+        op.force_stages = 0
+    torch.cuda.synchronize()
+    op.check()
+    assert torch.equal(y4, y3) and torch.equal(g4, g3)
+    assert rel_error(g4, x.double() @ w.double().t()) < TOL
+
+
+@pytest.mark.parametrize("K", [2048, 9216])
+@pytest.mark.parametrize("M", [320, 512])
+def test_gemm_only_four_stages_at_one_round(comm, M, K):
+    """The GEMM alone on 256-wide one-round plans (N=8192) runs 4 mainloop stages by
+    default: correct against the float64 reference."""
+    op = get_op(comm, 8192, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M * 3 + K, op.rank, M, op.N, K, dev)
+    assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
 def _same_on_every_rank(comm, y: torch.Tensor) -> bool:
