@@ -10,8 +10,9 @@ block runs every column once, behind a GPU sleep, inputs rotated past L2); the m
 column is reported, with the ratio torch.mm / column.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
-least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``), ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width
-W), joined with ``+`` (``c1+bn256+stages4``).
+least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
+``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), joined with ``+``
+(``c1+bn256+stages4``).
 """
 from __future__ import annotations
 
