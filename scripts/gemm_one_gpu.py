@@ -71,6 +71,21 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     return plan, v
 
 
+def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
+    """``run(x, w)``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``, on the current
+    stream, with a workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers."""
+    import torch
+
+    def run(x: Any, w: Any) -> None:
+        p = plan
+        fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), p.M, p.N, p.K, ws.data_ptr(), 0, 0,
+           err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
+           p.grid, 5_000_000_000, lay.arrive_off, lay.result_off, lay.recv_off,
+           lay.recv_region_bytes, lay.part_off, lay.out_off,
+           torch.cuda.current_stream(y.device).cuda_stream)
+    return run
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--columns", default="default", help="comma-separated (see above)")
@@ -125,15 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as e:
                 skipped[name] = str(e)
                 continue
-            fn = CACHE.get(v)
-
-            def run(x, w, fn=fn, p=plan):
-                fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), p.M, p.N, p.K, ws.data_ptr(), 0, 0,
-                   err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
-                   p.grid, 5_000_000_000, lay.arrive_off, lay.result_off, lay.recv_off,
-                   lay.recv_region_bytes, lay.part_off, lay.out_off,
-                   torch.cuda.current_stream(dev).cuda_stream)
-            cols[name] = run
+            cols[name] = launcher(CACHE.get(v), plan, y, ws, err, lay)
         ref = sets[0][0].double() @ sets[0][1].double().t()
         errors = {}
         for name, fn in cols.items():

@@ -1,0 +1,42 @@
+"""scripts/overlap_probe.py: bad arguments are refused before a GPU is touched, and the bytes
+it pushes are those of a world-2 RS call."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "overlap_probe.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("overlap_probe", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bad_arguments_are_refused():
+    r = _run("--shapes", "2048,7168")
+    assert r.returncode == 2 and "M,N,K triples" in r.stderr
+    r = _run("--push-ctas", "8,x")
+    assert r.returncode == 2 and "--push-ctas" in r.stderr
+    r = _run("--push-ctas", "67")
+    assert r.returncode == 2 and "0..66" in r.stderr
+    r = _run("--iters", "0")
+    assert r.returncode == 2 and "--iters" in r.stderr
+
+
+def test_push_bytes_are_an_rs_calls():
+    mod = _module()
+    # world 2: the peer's M/2 rows of N bf16 columns
+    assert mod.push_bytes(2048, 7168) == 2048 * 7168
+    assert mod.push_bytes(1, 128) == mod.BULK_BYTES  # whole bulk copies
+    for total, ctas in [(2048 * 7168, 16), (4096 * 8192, 33), (mod.TILE_BYTES, 8)]:
+        per = mod.per_cta_bytes(total, ctas)
+        assert per % mod.TILE_BYTES == 0 and per * ctas >= total
+        assert (per - mod.TILE_BYTES) * ctas < total
