@@ -599,8 +599,43 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
                       pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
                       pair_n=pair_n, flat=flat, split_row=split_row)
+    if (mode == "gemm" and plan.cta_group == 2 and not sk
+            and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)):
+        plan = _gemm_one_cta_if_cheaper(plan, pair_ctas)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan
+
+
+# A 1-CTA plain GEMM's time against a 2x1-cluster one of the same width and tiles per lane
+# (the pair shares w's tile): 2-11% slower at K >= 4096 (docs/PERF.md (d)); 1.05 fits the
+# one-GPU runs of docs/PERF.md (t).
+ONE_CTA_COST = 1.05
+
+
+def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
+    """The plain GEMM's 1-CTA plan of least ``lane_cost`` (widths 256 / 224 / 128 / 64) where
+    it beats the 2x1-cluster plan ``choose_gemm_cluster`` took by ``ONE_CTA_COST``; else
+    ``pair``. Pairs take two tile rows: with an odd row count one row of pairs is half
+    empty, and half as many lanes fill fewer SMs at few tiles. Measured on one H200
+    (docs/PERF.md (t), K 2048-9216, two runs): 1152 x 7168 from 0.76x to 0.97-1.03x cuBLAS
+    (3 rounds of 224-wide pairs against 2 of 256-wide 1-CTA tiles), 384 x 10240 0.66x ->
+    0.94-0.99x, 256 x 4096 0.72-0.79x -> 0.86-0.90x (64-wide tiles on 128 SMs instead of
+    128-wide pairs on 64); the grid's powers of two keep their plans."""
+    best = None
+    for b in (256, 224, 128, 64):
+        if pair.N % b:
+            continue
+        try:
+            p = _make_plan(pair.M, pair.N, pair.K, pair.world, pair.sm_count, "gemm",
+                           arch="sm_90a", bn=b, cta_group=1, pair_ctas=pair_ctas, lag=None,
+                           rotate=False, peers_first=False)
+        except ValueError:
+            continue
+        if best is None or lane_cost(p) < lane_cost(best):
+            best = p
+    if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
+        return best
+    return pair
 
 
 def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:

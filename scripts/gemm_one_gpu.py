@@ -11,8 +11,9 @@ column is reported, with the ratio torch.mm / column.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
-``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), joined with ``+``
-(``c1+bn256+stages4``).
+``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
+tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), joined with ``+``
+(``c1+bn256+stages4``, ``bn128+sk``).
 """
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ def column_knobs(name: str) -> dict:
             knobs["bn"] = int(part[2:])
         elif part.startswith("stages") and part[6:].isdigit():
             knobs["stages"] = int(part[6:])
+        elif part == "sk":
+            knobs["sk"] = True
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, joined with +)")
+                             f"stagesN, sk, joined with +)")
     return knobs
 
 

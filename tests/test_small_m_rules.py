@@ -5,7 +5,8 @@ import pytest
 
 import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE, auto_push_all, default_push, default_stages, push_for
-from launch.plan import choose_flat, choose_gemm_width, choose_push_all, choose_sk, make_plan
+from launch.plan import (choose_band, choose_flat, choose_gemm_width, choose_push_all, choose_sk,
+                         make_plan)
 from rsar_core.gemm_rsar import GemmRsAr
 
 
@@ -262,7 +263,7 @@ def test_op_split_row_variant_is_the_precompiled_one(variants):
 
 @pytest.mark.parametrize("M,N,K,mode,want", [
     (1024, 7168, 4096, "rs", 4), (1024, 7168, 9216, "ar", 4), (896, 7168, 2048, "rs", 4),
-    (512, 7168, 4096, "gemm", 4), (1152, 7168, 4096, "gemm", 4), (512, 8192, 9216, "gemm", 4),
+    (512, 7168, 4096, "gemm", 4), (1536, 7168, 4096, "gemm", 4), (512, 8192, 9216, "gemm", 4),
     # K=1024 ties; 4 tiles a lane lose (GEMM alone, M=2048); 256-wide plans with 2 tiles a lane
     (1024, 7168, 1024, "rs", 0), (2048, 7168, 4096, "gemm", 0), (1024, 8192, 4096, "rs", 0),
     (1024, 8192, 4096, "gemm", 0), (4096, 7168, 4096, "rs", 0),
@@ -307,3 +308,25 @@ def test_op_launches_the_stages_rule_and_its_knob(variants):
         op.force_stages = 0
         op._plan_and_kernel(1024, 4096, "gemm", epi_slots=2)
         assert variants[-1].stages == 0
+
+
+@pytest.mark.parametrize("M,N,K,bn,cta_group", [
+    # odd tile rows: pairs leave a half-empty row, 1-CTA tiles take fewer rounds
+    (1152, 7168, 4096, 256, 1), (384, 10240, 9216, 256, 1), (2944, 7168, 2048, 256, 1),
+    # few tiles: 64-wide tiles on 128 SMs instead of 128-wide pairs on 64
+    (256, 4096, 4096, 64, 1), (512, 2048, 9216, 64, 1), (384, 5120, 2048, 128, 1),
+    # the grid's powers of two keep their pairs
+    (256, 7168, 4096, 128, 2), (2048, 7168, 9216, 224, 2), (4096, 8192, 4096, 256, 2),
+    (16384, 7168, 9216, 256, 2), (640, 2048, 4096, 128, 2)])
+def test_gemm_takes_one_cta_tiles_where_pairs_cost_more(M, N, K, bn, cta_group):
+    p = make_plan(M, N, K, 2, 132, "gemm")
+    assert (p.bn, p.cta_group) == (bn, cta_group), p
+    if cta_group == 1:
+        assert p.band == choose_band(K, 1)
+
+
+def test_gemm_one_cta_choice_yields_to_forced_knobs():
+    assert make_plan(1152, 7168, 4096, 2, 132, "gemm", cta_group=2).cta_group == 2
+    assert make_plan(1152, 7168, 4096, 2, 132, "gemm", bn=224).bn == 224
+    # fused plans are not touched (they have their own cluster rule)
+    assert make_plan(2048, 7168, 4096, 2, 132, "rs").cta_group == 2
