@@ -194,6 +194,19 @@ def test_gemm_only_four_stages_at_one_round(comm, M, K):
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
+@pytest.mark.parametrize("K", [2048, 9216])
+@pytest.mark.parametrize("M,N", [(1152, 7168), (2944, 7168), (1152, 10240), (256, 2048),
+                                 (512, 2048), (384, 5120)])
+def test_gemm_only_one_cta_plans(comm, M, N, K):
+    """The GEMM alone on the 1-CTA plans it takes where 2x1 clusters would cost more (odd
+    tile rows, few tiles): 256-, 128- and 64-wide tiles, against the float64 reference."""
+    op = get_op(comm, N, False, max_M=4096)
+    assert op.plan(M, K, "gemm").cta_group == 1
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M * 7 + N + K, op.rank, M, op.N, K, dev)
+    assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
+
+
 def _same_on_every_rank(comm, y: torch.Tensor) -> bool:
     mine = y.view(torch.int16).cpu().numpy().tobytes()
     return all(other == mine for other in comm.allgather(mine))
