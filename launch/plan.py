@@ -505,7 +505,8 @@ def choose_gemm_cluster(M: int, K: int) -> int:
     """cta_group of the plain GEMM (mode "gemm") on sm90: 2x1 clusters sharing w's tile, in
     bands of 8 pair rows, once K > 1024 and there are two tile rows to pair. Measured 2-11%
     faster than 1-CTA tiles at K >= 4096, M >= 512 on H200; slower at M=128 (one tile row)
-    and mixed at K=1024 (docs/PERF.md (d))."""
+    and mixed at K=1024 (docs/PERF.md (d)). ``make_plan`` still takes the 1-CTA plan where
+    the pairs' lane cost is higher (``_gemm_one_cta_if_cheaper``)."""
     return 2 if K > 1024 and M > BM else 1
 
 
@@ -538,7 +539,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               flat: bool | None = None, sk: bool | None = None,
               split_row: bool | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
-    2x1 clusters by ``choose_gemm_cluster`` (plain GEMM) and ``choose_fused_cluster``, the
+    2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
+    finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
     small-M order by ``choose_small_m``; sm100: ``choose_sm100``);
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
