@@ -49,10 +49,10 @@ def push_bytes(M: int, N: int) -> int:
     return -(-(M * N) // BULK_BYTES) * BULK_BYTES
 
 
-def per_cta_bytes(total: int, ctas: int) -> int:
-    """Each CTA's share of ``total`` in whole 64 KB tiles (the last CTA's share may be
-    smaller in reality; here every CTA moves the same, rounded up)."""
-    return -(-total // ctas // TILE_BYTES) * TILE_BYTES
+def per_cta_bytes(total: int, ctas: int, unit: int = TILE_BYTES) -> int:
+    """Each CTA's share of ``total`` in whole ``unit``s (64 KB tiles, or the bytes between
+    two fences), rounded up: every CTA moves the same, so each share ends on a fence."""
+    return -(-total // ctas // unit) * unit
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,6 +62,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="M,N,K;M,N,K;...")
     p.add_argument("--push-ctas", default="0,8,16,24,33",
                    help="comma-separated P (0: the GEMM on every SM, no pushes)")
+    p.add_argument("--fence-bytes", type=int, default=TILE_BYTES,
+                   help="bytes each push CTA sends between two system fences and flag "
+                        "releases (a multiple of 64 KB: 65536 is a tile, as the fused kernel "
+                        "does; more batches tiles under one fence)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--self", dest="loopback", action="store_true",
@@ -79,6 +83,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--push-ctas: each P in 0..66")
     if a.iters < 1:
         p.error("--iters must be >= 1")
+    if a.fence_bytes < TILE_BYTES or a.fence_bytes % TILE_BYTES:
+        p.error("--fence-bytes must be a positive multiple of 65536")
     return a
 
 
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     km = KernelModule(0)
     most = max(push_bytes(M, N) for M, N, _ in a.shape_list)
     peer = torch.device("cuda", 0 if a.loopback else 1)
-    dst = torch.empty(most + TILE_BYTES * 66, dtype=torch.uint8, device=peer)
+    dst = torch.empty(most + a.fence_bytes * 66, dtype=torch.uint8, device=peer)
     flags = torch.zeros(66 * 32, dtype=torch.int32, device=peer)
     s_gemm, s_push = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
     rows = []
@@ -128,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
             plan, v = g1.column_plan("default", M, N, K, sms,
                                      min(_pair_ctas(0, sm_count), sms))
             gemm = g1.launcher(CACHE.get(v), plan, y, ws, err, lay)
-            per = per_cta_bytes(total, P) if P else 0
+            per = per_cta_bytes(total, P, a.fence_bytes) if P else 0
 
             def push() -> None:
                 km.launch("rsar_push_tiles", P, 128,
                           [(dst.data_ptr(), PTR), (flags.data_ptr(), PTR), (per, U64),
-                           (TILE_BYTES, U32)], torch.cuda.current_stream(dev).cuda_stream)
+                           (a.fence_bytes, U32)], torch.cuda.current_stream(dev).cuda_stream)
 
             y.fill_(float("nan"))
             gemm(*sets[0])
@@ -173,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                         t["both_push"].append(start.elapsed_time(ends[1]) * 1e3)
             us = {k: statistics.median(v) for k, v in t.items() if v}
             row = {"M": M, "N": N, "K": K, "push_ctas": P, "gemm_sms": sms,
+                   "fence_bytes": a.fence_bytes,
                    "push_bytes": per * P, "us": us}
             if P:
                 row["push_gbps_alone"] = per * P / us["push"] / 1e3

@@ -29,6 +29,8 @@ def test_bad_arguments_are_refused():
     assert r.returncode == 2 and "0..66" in r.stderr
     r = _run("--iters", "0")
     assert r.returncode == 2 and "--iters" in r.stderr
+    r = _run("--fence-bytes", "100000")
+    assert r.returncode == 2 and "--fence-bytes" in r.stderr
 
 
 def test_push_bytes_are_an_rs_calls():
@@ -40,3 +42,4 @@ def test_push_bytes_are_an_rs_calls():
         per = mod.per_cta_bytes(total, ctas)
         assert per % mod.TILE_BYTES == 0 and per * ctas >= total
         assert (per - mod.TILE_BYTES) * ctas < total
+    assert mod.per_cta_bytes(2048 * 7168, 16, 4 * mod.TILE_BYTES) % (4 * mod.TILE_BYTES) == 0
