@@ -1,0 +1,64 @@
+"""The plans and kernel variants the issue's grid runs by default, one line per shape and
+mode: what a grid of record in docs/PERF.md was measured on.
+
+    python3 scripts/grid_plans.py                # print them
+    python3 scripts/grid_plans.py --write FILE   # the snapshot tests/test_grid_plans.py checks
+
+A plan rule that moves a grid shape shows up as a changed line, so a change that claims to
+leave the grid alone can be checked, and one that does not names the shapes to re-measure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GRID_N = (7168, 8192)
+GRID_K = (1024, 4096, 9216)
+GRID_M = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def grid_plans(sm_count: int = 132, world: int = 2) -> dict[str, dict]:
+    """"M x N x K mode" -> the default sm90 unicast plan's fields and its variant's knobs."""
+    from launch.cache import (auto_push_all, default_early_copy, default_push,
+                              default_push_window, default_stages, push_for)
+    from launch.plan import make_plan
+    out = {}
+    for N in GRID_N:
+        for K in GRID_K:
+            for M in GRID_M:
+                for mode in ("rs", "ar", "gemm"):
+                    push = default_push("sm_90a", "unicast", mode)
+                    p = make_plan(M, N, K, world, sm_count, mode,
+                                  push_all=auto_push_all(mode, "unicast", push))
+                    out[f"{M} x {N} x {K} {mode}"] = {
+                        "bn": p.bn, "cta_group": p.cta_group, "rounds": p.rounds,
+                        "lag": p.lag, "chunk": p.chunk, "band": p.band,
+                        "peers_first": int(p.peers_first), "flat": int(p.flat),
+                        "pair_n": int(p.pair_n), "push_all": int(p.push_all), "sk": p.sk,
+                        "split_row": int(p.split_row),
+                        "stages": default_stages("sm_90a", "unicast", push_for(push, mode), p),
+                        "early_copy": default_early_copy("sm_90a", "unicast", p),
+                        "push_window": default_push_window("sm_90a", "unicast", push, p)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--write", type=Path, default=None)
+    a = p.parse_args(argv)
+    plans = grid_plans()
+    if a.write is not None:
+        a.write.write_text(json.dumps(plans, indent=0, sort_keys=True) + "\n")
+    else:
+        for k, v in plans.items():
+            print(k, " ".join(f"{f}={x}" for f, x in v.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

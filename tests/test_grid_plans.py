@@ -1,0 +1,23 @@
+"""The issue's grid runs the plans in tests/grid_plans.json, the ones the newest grid of record
+(docs/PERF.md) was measured on. A rule that moves a grid shape fails here, naming the
+shapes: re-measure them, then refresh the snapshot with
+``python3 scripts/grid_plans.py --write tests/grid_plans.json``."""
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_grid_plans_match_the_snapshot():
+    spec = importlib.util.spec_from_file_location("grid_plans", ROOT / "scripts" / "grid_plans.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    want = json.loads((ROOT / "tests" / "grid_plans.json").read_text())
+    got = mod.grid_plans()
+    assert set(got) == set(want)
+    moved = {k: (want[k], got[k]) for k in got if got[k] != want[k]}
+    assert not moved, "grid plans moved (snapshot, now): " + "; ".join(
+        f"{k}: " + ", ".join(f"{f} {want[k][f]} -> {got[k][f]}" for f in got[k]
+                             if got[k][f] != want[k].get(f))
+        for k in list(moved)[:8])
