@@ -1,5 +1,5 @@
 """The plans and kernel variants the issue's grid runs by default, one line per shape and
-mode: what a grid of record in docs/PERF.md was measured on.
+mode.
 
     python3 scripts/grid_plans.py                # print them
     python3 scripts/grid_plans.py --write FILE   # the snapshot tests/test_grid_plans.py checks

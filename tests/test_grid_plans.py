@@ -1,6 +1,6 @@
-"""The issue's grid runs the plans in tests/grid_plans.json, the ones the newest grid of record
-(docs/PERF.md) was measured on. A rule that moves a grid shape fails here, naming the
-shapes: re-measure them, then refresh the snapshot with
+"""The issue's grid runs the plans in tests/grid_plans.json by default. A rule that moves a grid
+shape fails here, naming the shapes: re-measure them (docs/PERF.md says which plans each
+grid of record ran), then refresh the snapshot with
 ``python3 scripts/grid_plans.py --write tests/grid_plans.json``."""
 import importlib.util
 import json
