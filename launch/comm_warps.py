@@ -80,6 +80,11 @@ class CommWarps:
     # RS's peers-first plans by up to 7% (docs/PERF.md (n)), but slowed RS at K=1024 from
     # M=2048 by 3-8%, where the link needs every CTA's copies in flight.
     push_window = 0
+    # True (RS, unicast, bulk-copy pushes, flat order): CTAs from ``chunk`` up only push
+    # (``launch.plan.push_plan``). The others stage a peer's tile in this rank's OUT region
+    # (AR's, unused by RS) and stamp its own ARRIVE word at GPU scope; a push CTA copies it
+    # to the owner, fences once at system scope and stamps the owner (``_push_role``).
+    push_ctas = False
 
     @property
     def copies_early(self) -> bool:
@@ -228,6 +233,9 @@ class CommWarps:
                     o = (rank + Int32(1) + part) % Int32(self.world)
                     k = chunk_no
                 t = self._list_unit(o, k, chunk, j, band, num_tiles, tiles_m, tiles_n, local_M)
+        if cutlass.const_expr(self.push_ctas):
+            if lane >= chunk:
+                t = Int32(-1)  # a push CTA computes nothing
         return t
 
     @cute.jit
@@ -406,7 +414,8 @@ class CommWarps:
                         elif cutlass.const_expr(self.tma_push):
                             self._push_sub_bulk(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo,
                                                 rank, local_M, tiles_n, num_tiles, peer_tab,
-                                                recv_off, region_bytes, own_slot_addr + self_region)
+                                                recv_off, region_bytes, own_slot_addr + self_region,
+                                                ws + out_off + Int64(t) * Int64(self.tile_bytes))
                         else:
                             self._push_sub(ctid, e, slot_smem, t, tm, tn, m0, rows_end, o_lo, rank,
                                            local_M, tiles_n, num_tiles, peer_tab, recv_off,
@@ -441,7 +450,18 @@ class CommWarps:
                     if cutlass.const_expr(self.mode == "rs" and not self.multicast):
                         signals = cls != Int32(_OWN)
                     if ctid == 0:
-                        if signals:
+                        staged = False
+                        if cutlass.const_expr(self.push_ctas):
+                            staged = True
+                        if staged:
+                            if signals:
+                                # staged here: a push CTA of this GPU takes it on
+                                ptx.bulk_wait_all()
+                                ptx.fence_proxy_async_global()
+                                ptx.fence_gpu()
+                                ptx.st_relaxed_gpu(ws + arrive_off + Int64(
+                                    t * Int32(self.world) + rank) * Int64(4), stamp)
+                        elif signals:
                             if cutlass.const_expr(self.tma_push):
                                 # the bulk copies this thread issued have landed
                                 ptx.bulk_wait_all()
@@ -505,6 +525,58 @@ class CommWarps:
                               out_addr, result_off, out_off, timeout_ns, err_addr)
             self._mark(ws, cta, trace.COPY_DONE, ctid == 0)
 
+    @cute.jit
+    def _push_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
+                   err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
+                   arrive_off, recv_off, region_bytes, out_off):
+        """A push CTA's communication threads (``push_ctas``): walk the MMA CTAs' flat order
+        at positions cta - chunk, + P, ... (P push CTAs); for each tile a peer owns, wait for
+        its local stamp, copy the staged tile whole to the owner's receive slot (the owner
+        reads its own rows only), fence at system scope and stamp the owner as ``_comm_role``
+        does."""
+        epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
+        if ctid == 0:
+            protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
+        self.comm_bar.arrive_and_wait()
+        stamp = epoch + Int32(1)
+        pushers = num_ctas - chunk
+        first = cta - chunk
+        steps = (rounds * chunk - first + pushers - Int32(1)) // pushers
+        pieces = Int32(self.tile_bytes // 16)
+        per_thread = (pieces + Int32(_COMM_THREADS - 1)) // Int32(_COMM_THREADS)
+        for step in range(steps):
+            i = first + step * pushers
+            rnd = i // chunk
+            t = self._scheduled_unit(rank, i - rnd * chunk, rnd, chunk, lag, num_tiles, tiles_m,
+                                     tiles_n, local_M)
+            if t >= Int32(0):
+                tm = t // tiles_n
+                tn = t - tm * tiles_n
+                cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+                if cls != Int32(_OWN):
+                    word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                    if ctid == 0:
+                        protocol.wait_stamp(ws + word, stamp, timeout_ns, err_addr, ws, rank, t,
+                                            rank, epoch, Int32(protocol.KIND_ARRIVE), True)
+                    self.comm_bar.arrive_and_wait()
+                    src = ws + out_off + Int64(t) * Int64(self.tile_bytes)
+                    for o in range(o_lo, o_hi + Int32(1)):
+                        if o != rank:
+                            dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M,
+                                                       num_tiles, peer_tab, recv_off,
+                                                       region_bytes)
+                            for j in range(per_thread):
+                                c = ctid + j * Int32(_COMM_THREADS)
+                                if c < pieces:
+                                    v0, v1, v2, v3 = ptx.ld_v4_cg(src + Int64(c) * Int64(16))
+                                    ptx.st_v4(dst + Int64(c) * Int64(16), v0, v1, v2, v3)
+                    self.comm_bar.arrive_and_wait()
+                    if ctid == 0:
+                        ptx.fence_sys()
+                        for o in range(o_lo, o_hi + Int32(1)):
+                            if o != rank:
+                                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
+
     # ---- per sub-tile work of the 96 communication threads: each owns chunks
     #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued
     #      before the first use so each thread keeps several in flight.
@@ -555,7 +627,7 @@ class CommWarps:
     @cute.jit
     def _push_sub_bulk(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, owner,
                        rank, local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes,
-                       park_addr):
+                       park_addr, stage_addr=None):
         """``_push_sub`` as bulk copies: one per owner's row range of the sub-tile, issued
         by one thread, which also holds the slot until the copies have read it."""
         if ctid == 0:
@@ -567,7 +639,8 @@ class CommWarps:
                     r0 = cutlass.max(o * local_M - m0, Int32(0))
                     r1 = cutlass.min((o + Int32(1)) * local_M - m0, rows)
                     self._bulk_rows(e, o, r0, r1, slot_smem, t, tm, tn, rank, local_M, tiles_n,
-                                    num_tiles, peer_tab, recv_off, region_bytes, park_addr)
+                                    num_tiles, peer_tab, recv_off, region_bytes, park_addr,
+                                    stage_addr)
             elif cutlass.const_expr(self.push_all):
                 for o in cutlass.range_constexpr(self.world):  # every peer, and parked
                     self._bulk_rows(e, Int32(o), Int32(0), rows, slot_smem, t, tm, tn, rank,
@@ -586,14 +659,20 @@ class CommWarps:
 
     @cute.jit
     def _bulk_rows(self, e: cutlass.Constexpr, dest, r0, r1, slot_smem, t, tm, tn, rank, local_M,
-                   tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr):
-        """Rows [r0, r1) of sub-tile e to dest's receive slot, or parked when dest is this rank."""
+                   tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr,
+                   stage_addr=None):
+        """Rows [r0, r1) of sub-tile e to dest's receive slot (with push CTAs: staged at
+        ``stage_addr`` for them), or parked when dest is this rank."""
         if r1 > r0:
             sub_off = Int64(e * _SUB_BYTES) + Int64(r0 * Int32(64))
             dst = park_addr + sub_off
             if dest != rank:
-                dst = self._recv_slot_addr(dest, rank, t, tm, tn, tiles_n, local_M, num_tiles,
-                                           peer_tab, recv_off, region_bytes) + sub_off
+                if cutlass.const_expr(self.push_ctas):
+                    dst = stage_addr + sub_off
+                else:
+                    dst = self._recv_slot_addr(dest, rank, t, tm, tn, tiles_n, local_M,
+                                               num_tiles, peer_tab, recv_off,
+                                               region_bytes) + sub_off
             ptx.bulk_s2g(dst, slot_smem + r0 * Int32(64), (r1 - r0) * Int32(64))
 
     @cute.jit

@@ -277,6 +277,7 @@ class TilePlan:
     sk: int = 0  # > 1: the last round's units cut into this many K pieces (module docstring)
     k_tiles: int = 0  # K // BK (the pieces' cuts)
     split_row: bool = False  # RS round order: a tile row two owners share split between lists
+    push_ctas: int = 0  # RS flat peers-first: CTAs past ``chunk`` that only push (push_plan)
 
     @property
     def sched_word(self) -> int:
@@ -392,6 +393,8 @@ class TilePlan:
 
     def scheduled_unit(self, rank: int, lane: int, rnd: int) -> int:
         """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
+        if lane >= self.chunk and self.push_ctas:
+            return -1  # a push CTA (``push_plan``)
         if self.sk > 1:
             pos = self.segment(lane, rnd)[0]
             rnd, lane = divmod(pos, self.chunk) if pos >= 0 else (self.rounds, 0)
@@ -638,6 +641,23 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
         return best
     return pair
+
+
+def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int, *,
+              pair_ctas: int | None = None, bn: int | None = None,
+              band: int | None = None) -> TilePlan:
+    """An RS plan whose pushes leave from ``push_ctas`` CTAs of their own (sm90, unicast,
+    bulk-copy pushes; an experiment, ``GemmRsAr.force_push_ctas``). The other sm_count -
+    push_ctas CTAs run the flat peers-first order (``TilePlan.flat``): they stage each tile a
+    peer owns in this rank's OUT region (unused by RS) and stamp it at GPU scope, with no
+    system fence. The push CTAs walk the same order, copy each staged tile to its owner's
+    receive slot, fence and stamp the owner. So the MMA SMs never hold their TMA unit for a
+    link round trip, and the link's pace is the push CTAs'. Owners do not change."""
+    if not isinstance(push_ctas, int) or not 0 < push_ctas <= sm_count // 4:
+        raise ValueError(f"push_ctas must be an int in [1, {sm_count // 4}], got {push_ctas!r}")
+    plan = make_plan(M, N, K, world, sm_count - push_ctas, "rs", bn=bn, pair_ctas=pair_ctas,
+                     band=band, flat=True, sk=False, split_row=False)
+    return replace(plan, grid=plan.grid + push_ctas, push_ctas=push_ctas)
 
 
 def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:

@@ -72,7 +72,7 @@ class Sm90FusedKernel(CommWarps):
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
-                 trace: int = 0) -> None:
+                 push_ctas: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -105,6 +105,9 @@ class Sm90FusedKernel(CommWarps):
         stored as fp32 in the workspace for the lane that finishes the unit.
         ``split_row`` (RS, 1-CTA round order): a tile row two owners share is split between
         their lists (``launch.plan``, ``TilePlan.split_row``).
+        ``push_ctas`` (RS, unicast, bulk-copy pushes, the flat order): CTAs from the plan's
+        ``chunk`` up only push; the others stage their peers' tiles locally
+        (``launch.plan.push_plan``, ``CommWarps._push_role``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -124,6 +127,11 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
         self.sk = bool(sk)
         self.split_row = bool(split_row)
+        self.push_ctas = bool(push_ctas)
+        if self.push_ctas and (mode != "rs" or transport != "unicast" or not self.tma_push
+                               or not self.flat or self.sk):
+            raise ValueError("push CTAs run RS over unicast with bulk-copy pushes, in the flat "
+                             "order without the split-K tail")
         if self.split_row and (mode != "rs" or cta_group != 1 or self.peers_first):
             raise ValueError("split rows are an RS 1-CTA round order's")
         if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
@@ -365,10 +373,20 @@ class Sm90FusedKernel(CommWarps):
                             prod.advance()
                 ab_pipe.producer_tail(prod)
             else:
-                self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
-                                sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
-                                local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
-                                result_off, recv_off, region_bytes, part_off, out_off, k_tiles)
+                pusher = False
+                if cutlass.const_expr(self.push_ctas):
+                    pusher = cta >= chunk
+                if pusher:
+                    self._push_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws,
+                                    peer_tab, err_addr, rank, local_M, padded_M, chunk, rounds,
+                                    lag, timeout_ns, arrive_off, recv_off, region_bytes,
+                                    out_off)
+                else:
+                    self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n,
+                                    epi_pipe, sC_ptr, out_addr, M, N, ws, peer_tab, mc_base,
+                                    err_addr, rank, local_M, padded_M, chunk, rounds, lag,
+                                    timeout_ns, arrive_off, result_off, recv_off,
+                                    region_bytes, part_off, out_off, k_tiles)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
             self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,

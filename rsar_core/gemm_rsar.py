@@ -10,7 +10,7 @@ import torch
 
 from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
                           default_push, default_push_window, default_stages, push_for)
-from launch.plan import BLACKWELL, TilePlan, make_plan
+from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
@@ -137,6 +137,9 @@ class GemmRsAr:
         # (``launch.plan``, ``TilePlan.split_row``); None: where that cuts the plan's lane
         # cost to ``SPLIT_ROW_GAIN`` or below (M 1025-1152 at N=7168)
         self.force_split_row: bool | None = None
+        # sm90 RS over unicast (an experiment): this many CTAs only push, the others stage
+        # their peers' tiles locally (``launch.plan.push_plan``); 0: off
+        self.force_push_ctas = 0
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -191,6 +194,13 @@ class GemmRsAr:
         ``band``: override the tile order's band, as ``force_band`` does)."""
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
+        if self.force_push_ctas and (mode or self.mode) == "rs":
+            if self.arch != "sm_90a" or self.transport != "unicast" or self.push == "lsu":
+                raise ValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
+                                 "pushes")
+            return push_plan(M, self.N, K, self.world, self.sm_count, self.force_push_ctas,
+                             bn=self.force_bn,
+                             band=self.force_band if band is None else band)
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
                          arch=self.arch, bn=self.force_bn,
                          pair_ctas=self.pair_ctas if pairs else None,
@@ -253,7 +263,7 @@ class GemmRsAr:
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
-               self.force_split_row)
+               self.force_split_row, self.force_push_ctas)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -270,6 +280,7 @@ class GemmRsAr:
                                    push_window=self._push_window(plan, push),
                                    flat=int(plan.flat), sk=int(plan.sk > 1),
                                    split_row=int(plan.split_row),
+                                   push_ctas=int(plan.push_ctas > 0),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -231,3 +231,25 @@ def test_flat_peers_first_variant_compiles(ptx_of):
     assert "flat=1" in v.describe()
     with pytest.raises(ValueError, match="flat"):
         kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", flat=1))
+
+
+def test_push_ctas_variant_stages_locally_and_pushes_from_its_own_ctas(ptx_of):
+    """Push CTAs (``launch.plan.push_plan``): the MMA CTAs stamp staged tiles at GPU scope
+    (a gpu fence, no extra system fence), the push CTAs copy them with 16-B L2 loads and
+    stores and stamp owners after a system fence; it refuses what it cannot run."""
+    from launch.cache import kernel_for
+    base = dict(push="tma", peers_first=1, flat=1, pdl=1, prefetch=1, push_window=1)
+    v = Variant("sm_90a", 256, 2, "rs", "unicast", **base, push_ctas=1)
+    ptx = ptx_of(v)
+    assert_protocol_ptx(ptx, v)
+    plain = ptx_of(Variant("sm_90a", 256, 2, "rs", "unicast", **base))
+    assert "fence.acq_rel.gpu" in ptx
+    assert ptx.count("ld.global.cg.v4") > plain.count("ld.global.cg.v4")
+    assert "push_ctas=1" in v.describe()
+    for bad in (Variant("sm_90a", 256, 2, "ar", "unicast", push="tma_all", peers_first=1,
+                        flat=1, push_ctas=1),
+                Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", push_ctas=1),
+                Variant("sm_90a", 256, 2, "rs", "unicast", push="lsu", peers_first=1, flat=1,
+                        push_ctas=1)):
+        with pytest.raises(ValueError, match="push CTAs"):
+            kernel_for(bad)

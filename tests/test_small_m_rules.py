@@ -68,6 +68,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_flat = None
     op.force_sk = None
     op.force_split_row = None
+    op.force_push_ctas = 0
     op._plans = {}
     return op
 

@@ -207,6 +207,52 @@ def test_gemm_only_one_cta_plans(comm, M, N, K):
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
+def _push_ctas_op(comm, N: int):
+    op = get_op(comm, N, False)
+    if op.transport != "unicast" or op.push == "lsu" or op.arch != "sm_90a":
+        pytest.skip("push CTAs are an sm90 RS plan over unicast with bulk-copy pushes")
+    return op
+
+
+@pytest.mark.parametrize("P", [8, 16])
+@pytest.mark.parametrize("K", [64, 1024, 4096])
+@pytest.mark.parametrize("M", [1, 129, 1000, 2048, 4096])
+def test_push_ctas_correct(comm, M, K, P):
+    """RS with P push CTAs (``launch.plan.push_plan``): staged tiles reach their owners,
+    shared tile rows included, against the float64 reference."""
+    op = _push_ctas_op(comm, 7168)
+    op.force_push_ctas = P
+    try:
+        assert op.plan(M, K).push_ctas == P
+        check(op, seed=M * 11 + K + P, M=M, K=K)
+    finally:
+        op.force_push_ctas = 0
+
+
+def test_push_ctas_back_to_back_bitwise(comm):
+    """100 queued RS calls of random M, each run with 16 push CTAs and then without: the same
+    bits (every tile's sum is taken in the same order), stamps and staging reused across
+    calls."""
+    op = _push_ctas_op(comm, 384)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rng = random.Random(5)
+    outs = []
+    try:
+        for step in range(100):
+            M = rng.randint(1, 2048)
+            x, w = rank_inputs(900 + step, op.rank, M, op.N, 512, dev)
+            op.force_push_ctas = 16
+            a = op(x, w)
+            op.force_push_ctas = 0
+            outs.append((step, M, a, op(x, w)))
+        torch.cuda.synchronize()
+        op.check()
+    finally:
+        op.force_push_ctas = 0
+    for step, M, a, b in outs:
+        assert torch.equal(a, b), f"step {step} M={M}: push CTAs and the default differ"
+
+
 def _same_on_every_rank(comm, y: torch.Tensor) -> bool:
     mine = y.view(torch.int16).cpu().numpy().tobytes()
     return all(other == mine for other in comm.allgather(mine))
