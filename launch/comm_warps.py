@@ -450,10 +450,7 @@ class CommWarps:
                     if cutlass.const_expr(self.mode == "rs" and not self.multicast):
                         signals = cls != Int32(_OWN)
                     if ctid == 0:
-                        staged = False
                         if cutlass.const_expr(self.push_ctas):
-                            staged = True
-                        if staged:
                             if signals:
                                 # staged here: a push CTA of this GPU takes it on
                                 ptx.bulk_wait_all()
@@ -461,24 +458,27 @@ class CommWarps:
                                 ptx.fence_gpu()
                                 ptx.st_relaxed_gpu(ws + arrive_off + Int64(
                                     t * Int32(self.world) + rank) * Int64(4), stamp)
-                        elif signals:
-                            if cutlass.const_expr(self.tma_push):
-                                # the bulk copies this thread issued have landed
-                                ptx.bulk_wait_all()
-                                ptx.fence_proxy_async_global()
-                                self._mark(ws, cta, trace.FIRST_LANDED, first)
-                            ptx.fence_sys()
-                            self._mark(ws, cta, trace.FIRST_FENCED, first)
-                            word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
-                            for o in range(o_lo, o_hi + Int32(1)):
-                                if cutlass.const_expr(self.multicast):
-                                    ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
-                                else:
-                                    if o != rank:
-                                        ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
-                            if cutlass.const_expr(self.mode == "ar" and not self.multicast):
-                                if direct:
-                                    self._stamp_results(t, peer_tab, result_off, stamp, rank)
+                        else:
+                            if signals:
+                                if cutlass.const_expr(self.tma_push):
+                                    # the bulk copies this thread issued have landed
+                                    ptx.bulk_wait_all()
+                                    ptx.fence_proxy_async_global()
+                                    self._mark(ws, cta, trace.FIRST_LANDED, first)
+                                ptx.fence_sys()
+                                self._mark(ws, cta, trace.FIRST_FENCED, first)
+                                word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                                for o in range(o_lo, o_hi + Int32(1)):
+                                    if cutlass.const_expr(self.multicast):
+                                        ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word,
+                                                      stamp)
+                                    else:
+                                        if o != rank:
+                                            ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word,
+                                                          stamp)
+                                if cutlass.const_expr(self.mode == "ar" and not self.multicast):
+                                    if direct:
+                                        self._stamp_results(t, peer_tab, result_off, stamp, rank)
                         self._mark(ws, cta, trace.FIRST_STAMPED, first)
                         self._mark(ws, cta, trace.LAST_STAMPED)
                         if cutlass.const_expr(self.trace):

@@ -373,20 +373,20 @@ class Sm90FusedKernel(CommWarps):
                             prod.advance()
                 ab_pipe.producer_tail(prod)
             else:
-                pusher = False
+                comm_args = (tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
+                             sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
+                             local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
+                             result_off, recv_off, region_bytes, part_off, out_off, k_tiles)
                 if cutlass.const_expr(self.push_ctas):
-                    pusher = cta >= chunk
-                if pusher:
-                    self._push_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws,
-                                    peer_tab, err_addr, rank, local_M, padded_M, chunk, rounds,
-                                    lag, timeout_ns, arrive_off, recv_off, region_bytes,
-                                    out_off)
+                    if cta >= chunk:
+                        self._push_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n,
+                                        ws, peer_tab, err_addr, rank, local_M, padded_M, chunk,
+                                        rounds, lag, timeout_ns, arrive_off, recv_off,
+                                        region_bytes, out_off)
+                    else:
+                        self._comm_role(*comm_args)
                 else:
-                    self._comm_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n,
-                                    epi_pipe, sC_ptr, out_addr, M, N, ws, peer_tab, mc_base,
-                                    err_addr, rank, local_M, padded_M, chunk, rounds, lag,
-                                    timeout_ns, arrive_off, result_off, recv_off,
-                                    region_bytes, part_off, out_off, k_tiles)
+                    self._comm_role(*comm_args)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
             self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
