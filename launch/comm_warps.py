@@ -32,6 +32,9 @@ _SUB_BYTES, _SUB_CHUNKS, _EPI_PITCH, _COMM_THREADS, _CHUNK_ITERS = (
 
 # tile classes
 _FOREIGN, _OWN, _MIXED = 0, 1, 2
+# push CTAs (``CommWarps._push_role``): tiles per system fence, 16-B loads in flight a thread
+_PUSH_BATCH = 2
+_COPY_AHEAD = 8
 
 
 class CommWarps:
@@ -542,18 +545,13 @@ class CommWarps:
         pushers = num_ctas - chunk
         first = cta - chunk
         steps = (rounds * chunk - first + pushers - Int32(1)) // pushers
-        pieces = Int32(self.tile_bytes // 16)
-        per_thread = (pieces + Int32(_COMM_THREADS - 1)) // Int32(_COMM_THREADS)
-        for step in range(steps):
-            i = first + step * pushers
-            rnd = i // chunk
-            t = self._scheduled_unit(rank, i - rnd * chunk, rnd, chunk, lag, num_tiles, tiles_m,
-                                     tiles_n, local_M)
-            if t >= Int32(0):
-                tm = t // tiles_n
-                tn = t - tm * tiles_n
-                cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
-                if cls != Int32(_OWN):
+        batch = _PUSH_BATCH
+        for b0 in range((steps + Int32(batch - 1)) // Int32(batch)):
+            for b in cutlass.range_constexpr(batch):
+                t, tm, tn, o_lo, o_hi, live = self._push_tile(
+                    b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
+                    num_tiles, tiles_m, tiles_n, local_M, padded_M)
+                if live:
                     word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
                     if ctid == 0:
                         protocol.wait_stamp(ws + word, stamp, timeout_ns, err_addr, ws, rank, t,
@@ -565,17 +563,60 @@ class CommWarps:
                             dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M,
                                                        num_tiles, peer_tab, recv_off,
                                                        region_bytes)
-                            for j in range(per_thread):
-                                c = ctid + j * Int32(_COMM_THREADS)
-                                if c < pieces:
-                                    v0, v1, v2, v3 = ptx.ld_v4_cg(src + Int64(c) * Int64(16))
-                                    ptx.st_v4(dst + Int64(c) * Int64(16), v0, v1, v2, v3)
-                    self.comm_bar.arrive_and_wait()
-                    if ctid == 0:
-                        ptx.fence_sys()
+                            self._copy_tile(ctid, src, dst)
+            # one system fence for the batch's copies, then every owner's stamp
+            self.comm_bar.arrive_and_wait()
+            if ctid == 0:
+                ptx.fence_sys()
+                for b in cutlass.range_constexpr(batch):
+                    t, _, _, o_lo, o_hi, live = self._push_tile(
+                        b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
+                        num_tiles, tiles_m, tiles_n, local_M, padded_M)
+                    if live:
+                        word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
                         for o in range(o_lo, o_hi + Int32(1)):
                             if o != rank:
                                 ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
+
+    @cute.jit
+    def _push_tile(self, step, steps, first, pushers, rank, chunk, lag, num_tiles, tiles_m,
+                   tiles_n, local_M, padded_M):
+        """(t, tile row, tile column, first owner, last owner, live) of a push CTA's step:
+        live where the step exists and its tile is one a peer owns (rows of)."""
+        i = first + step * pushers
+        rnd = i // chunk
+        t = Int32(-1)
+        if step < steps:
+            t = self._scheduled_unit(rank, i - rnd * chunk, rnd, chunk, lag, num_tiles,
+                                     tiles_m, tiles_n, local_M)
+        tm = Int32(0)
+        tn = Int32(0)
+        o_lo = Int32(0)
+        o_hi = Int32(-1)
+        live = t >= Int32(0)
+        if live:
+            tm = t // tiles_n
+            tn = t - tm * tiles_n
+            cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
+            live = cls != Int32(_OWN)
+        return t, tm, tn, o_lo, o_hi, live
+
+    @cute.jit
+    def _copy_tile(self, ctid, src, dst):
+        """A staged tile slot to a peer's receive slot: 16-B L2 loads and stores by the 96
+        communication threads, ``_COPY_AHEAD`` loads in flight per thread."""
+        pieces = self.tile_bytes // 16
+        per_thread = -(-pieces // _COMM_THREADS)
+        for j0 in cutlass.range_constexpr(0, per_thread, _COPY_AHEAD):
+            vals = []
+            for j in cutlass.range_constexpr(j0, min(j0 + _COPY_AHEAD, per_thread)):
+                c = ctid + Int32(j * _COMM_THREADS)
+                vals.append(self._ld_if(c < Int32(pieces), src + Int64(c) * Int64(16), False))
+            for jj in cutlass.range_constexpr(len(vals)):
+                c = ctid + Int32((j0 + jj) * _COMM_THREADS)
+                if c < Int32(pieces):
+                    v0, v1, v2, v3 = vals[jj]
+                    ptx.st_v4(dst + Int64(c) * Int64(16), v0, v1, v2, v3)
 
     # ---- per sub-tile work of the 96 communication threads: each owns chunks
     #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued
