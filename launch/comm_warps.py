@@ -88,6 +88,7 @@ class CommWarps:
     # (AR's, unused by RS) and stamp its own ARRIVE word at GPU scope; a push CTA copies it
     # to the owner, fences once at system scope and stamps the owner (``_push_role``).
     push_ctas = False
+    push_threads = COMM_THREADS  # the kernel's push CTAs copy with this many threads
 
     @property
     def copies_early(self) -> bool:
@@ -529,18 +530,19 @@ class CommWarps:
             self._mark(ws, cta, trace.COPY_DONE, ctid == 0)
 
     @cute.jit
-    def _push_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
+    def _push_role(self, ptid, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
                    err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
                    arrive_off, recv_off, region_bytes, out_off):
-        """A push CTA's communication threads (``push_ctas``): walk the MMA CTAs' flat order
+        """A push CTA's threads (``push_ctas``; ``ptid``: 0-95 its communication threads,
+        then its MMA threads, ``push_threads`` in all): walk the MMA CTAs' flat order
         at positions cta - chunk, + P, ... (P push CTAs); for each tile a peer owns, wait for
         its local stamp, copy the staged tile whole to the owner's receive slot (the owner
         reads its own rows only), fence at system scope and stamp the owner as ``_comm_role``
         does."""
         epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
-        if ctid == 0:
+        if ptid == 0:
             protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
-        self.comm_bar.arrive_and_wait()
+        self.push_bar.arrive_and_wait()
         stamp = epoch + Int32(1)
         pushers = num_ctas - chunk
         first = cta - chunk
@@ -553,20 +555,20 @@ class CommWarps:
                     num_tiles, tiles_m, tiles_n, local_M, padded_M)
                 if live:
                     word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
-                    if ctid == 0:
+                    if ptid == 0:
                         protocol.wait_stamp(ws + word, stamp, timeout_ns, err_addr, ws, rank, t,
                                             rank, epoch, Int32(protocol.KIND_ARRIVE), True)
-                    self.comm_bar.arrive_and_wait()
+                    self.push_bar.arrive_and_wait()
                     src = ws + out_off + Int64(t) * Int64(self.tile_bytes)
                     for o in range(o_lo, o_hi + Int32(1)):
                         if o != rank:
                             dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M,
                                                        num_tiles, peer_tab, recv_off,
                                                        region_bytes)
-                            self._copy_tile(ctid, src, dst)
+                            self._copy_tile(ptid, src, dst)
             # one system fence for the batch's copies, then every owner's stamp
-            self.comm_bar.arrive_and_wait()
-            if ctid == 0:
+            self.push_bar.arrive_and_wait()
+            if ptid == 0:
                 ptx.fence_sys()
                 for b in cutlass.range_constexpr(batch):
                     t, _, _, o_lo, o_hi, live = self._push_tile(
@@ -602,18 +604,18 @@ class CommWarps:
         return t, tm, tn, o_lo, o_hi, live
 
     @cute.jit
-    def _copy_tile(self, ctid, src, dst):
-        """A staged tile slot to a peer's receive slot: 16-B L2 loads and stores by the 96
-        communication threads, ``_COPY_AHEAD`` loads in flight per thread."""
+    def _copy_tile(self, ptid, src, dst):
+        """A staged tile slot to a peer's receive slot: 16-B L2 loads and stores by a push
+        CTA's ``push_threads``, ``_COPY_AHEAD`` loads in flight per thread."""
         pieces = self.tile_bytes // 16
-        per_thread = -(-pieces // _COMM_THREADS)
+        per_thread = -(-pieces // self.push_threads)
         for j0 in cutlass.range_constexpr(0, per_thread, _COPY_AHEAD):
             vals = []
             for j in cutlass.range_constexpr(j0, min(j0 + _COPY_AHEAD, per_thread)):
-                c = ctid + Int32(j * _COMM_THREADS)
+                c = ptid + Int32(j * self.push_threads)
                 vals.append(self._ld_if(c < Int32(pieces), src + Int64(c) * Int64(16), False))
             for jj in cutlass.range_constexpr(len(vals)):
-                c = ctid + Int32((j0 + jj) * _COMM_THREADS)
+                c = ptid + Int32((j0 + jj) * self.push_threads)
                 if c < Int32(pieces):
                     v0, v1, v2, v3 = vals[jj]
                     ptx.st_v4(dst + Int64(c) * Int64(16), v0, v1, v2, v3)

@@ -197,6 +197,9 @@ class Sm90FusedKernel(CommWarps):
                              f"at BN={bn}; at least 3 are needed")
         self.comm_bar = pipeline.NamedBarrier(barrier_id=2, num_threads=_COMM_THREADS)
         self.mma_bar = pipeline.NamedBarrier(barrier_id=3, num_threads=self.num_mma_threads)
+        # push CTAs: their communication and MMA threads copy staged tiles together
+        self.push_threads = _COMM_THREADS + self.num_mma_threads
+        self.push_bar = pipeline.NamedBarrier(barrier_id=4, num_threads=self.push_threads)
 
     # ------------------------------------------------------------------ host side
     def _layouts(self) -> None:
@@ -377,21 +380,31 @@ class Sm90FusedKernel(CommWarps):
                              sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
                              local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
                              result_off, recv_off, region_bytes, part_off, out_off, k_tiles)
+                push_args = (cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
+                             err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
+                             arrive_off, recv_off, region_bytes, out_off)
                 if cutlass.const_expr(self.push_ctas):
                     if cta >= chunk:
-                        self._push_role(tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n,
-                                        ws, peer_tab, err_addr, rank, local_M, padded_M, chunk,
-                                        rounds, lag, timeout_ns, arrive_off, recv_off,
-                                        region_bytes, out_off)
+                        self._push_role(tidx - 32, *push_args)
                     else:
                         self._comm_role(*comm_args)
                 else:
                     self._comm_role(*comm_args)
         else:
             cute.arch.setmaxregister_increase(self.mma_regs)
-            self._mma_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
-                           rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
-                           epi_pipe, ws, cta, timeout_ns, err_addr)
+            mma_args = (tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
+                        rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
+                        epi_pipe, ws, cta, timeout_ns, err_addr)
+            if cutlass.const_expr(self.push_ctas):
+                if cta >= chunk:  # a push CTA's MMA threads copy with its communication ones
+                    self._push_role(tidx - 128 + Int32(_COMM_THREADS), cta, num_ctas,
+                                    num_tiles, tiles_m, tiles_n, ws, peer_tab, err_addr, rank,
+                                    local_M, padded_M, chunk, rounds, lag, timeout_ns,
+                                    arrive_off, recv_off, region_bytes, out_off)
+                else:
+                    self._mma_role(*mma_args)
+            else:
+                self._mma_role(*mma_args)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
