@@ -194,6 +194,8 @@ class GemmRsAr:
         ``band``: override the tile order's band, as ``force_band`` does)."""
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
+        if self.force_push_ctas and (mode or self.mode) == "ar":
+            raise ValueError("push CTAs are an RS plan; this op all-reduces")
         if self.force_push_ctas and (mode or self.mode) == "rs":
             if self.arch != "sm_90a" or self.transport != "unicast" or self.push == "lsu":
                 raise ValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "

@@ -58,6 +58,10 @@ def test_op_launches_the_push_ctas_variant(monkeypatch):
     op.force_push_ctas = 0
     plan, _ = op._plan_and_kernel(2048, 1024, "rs")
     assert plan.push_ctas == 0 and seen[-1].push_ctas == 0
+    ar = _op()
+    ar.mode, ar.all_reduce, ar.force_push_ctas = "ar", True, 8
+    with pytest.raises(ValueError, match="RS plan"):
+        ar.plan(2048, 1024)
     mc = _op("multicast")
     mc.force_push_ctas = 8
     with pytest.raises(ValueError, match="push CTAs"):
