@@ -74,6 +74,14 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     return plan, v
 
 
+def input_sets(M: int, N: int, K: int, dev: Any) -> list:
+    """Random (x, w) bf16 pairs, enough that rotating through them leaves none in L2."""
+    import torch
+    nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
+    return [(torch.randn(M, K, device=dev).bfloat16(),
+             (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()) for _ in range(nsets)]
+
+
 def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
     """``run(x, w)``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``, on the current
     stream, with a workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers."""
@@ -131,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     pair_ctas = _pair_ctas(dev.index, sm_count)
     rows = []
     for M, N, K in a.shape_list:
-        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
-        sets = [(torch.randn(M, K, device=dev).bfloat16(),
-                 (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()) for _ in range(nsets)]
+        sets = input_sets(M, N, K, dev)
+        nsets = len(sets)
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         cols: dict[str, Any] = {"mm": lambda x, w: torch.mm(x, w.t(), out=y)}
         skipped = {}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -32,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TILE_BYTES = 65536  # a 128 x 256 bf16 tile, the unit of the fused kernel's per-tile completion
 BULK_BYTES = 8192
-L2_BYTES = 60 * 2**20
 
 
 def _gemm_one_gpu() -> Any:
@@ -124,9 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     s_gemm, s_push = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
     rows = []
     for M, N, K in a.shape_list:
-        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
-        sets = [(torch.randn(M, K, device=dev).bfloat16(),
-                 (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()) for _ in range(nsets)]
+        sets = g1.input_sets(M, N, K, dev)
+        nsets = len(sets)
         y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
         total = push_bytes(M, N)
         for P in a.ctas:

@@ -1,23 +1,18 @@
 """scripts/overlap_probe.py: bad arguments are refused before a GPU is touched, and the bytes
 it pushes are those of a world-2 RS call."""
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "overlap_probe.py"
+from script_runs import REPO, load_script, plain_env
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "overlap_probe.py"), *args],
+                          capture_output=True, text=True, timeout=60, env=plain_env())
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("overlap_probe", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("overlap_probe.py", "overlap_probe")
 
 
 def test_bad_arguments_are_refused():
