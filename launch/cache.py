@@ -124,6 +124,31 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan) -> int:
     return 4 if plan.bn == 256 and tiles <= 1 else 0
 
 
+def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, arch: str,
+                 transport: str) -> TilePlan:
+    """The plan an op that forces nothing runs (``GemmRsAr.plan``, apart from the 2x1
+    cluster occupancy query, which is left at every SM here)."""
+    from .plan import make_plan
+    return make_plan(M, N, K, world, sm_count, mode, arch=arch,
+                     push_all=auto_push_all(mode, transport, default_push(arch, transport, mode)))
+
+
+def default_variant(arch: str, world: int, transport: str, plan: TilePlan) -> Variant:
+    """The variant an op that forces nothing launches for ``plan`` (``GemmRsAr``): the
+    default push and every default tuning rule above. One definition for what precompiles,
+    what the grid's plans pin and what the tests check the op against."""
+    push = push_for(default_push(arch, transport, plan.mode), plan.mode)
+    return Variant(arch, plan.bn, world, plan.mode, transport, plan.cta_group, push=push,
+                   peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
+                   stages=default_stages(arch, transport, push, plan),
+                   push_all=int(plan.push_all), pdl=int(arch == "sm_90a"),
+                   prefetch=default_prefetch(arch, world, transport, plan.mode),
+                   early_copy=default_early_copy(arch, transport, plan),
+                   push_window=default_push_window(arch, transport, push, plan),
+                   flat=int(plan.flat), sk=int(plan.sk > 1), split_row=int(plan.split_row),
+                   push_ctas=int(plan.push_ctas > 0))
+
+
 def push_for(push: str, mode: str) -> str:
     """The push a ``mode`` kernel compiles with: "tma_all" differs from "tma" only in AR."""
     return "tma" if push == "tma_all" and mode != "ar" else push

@@ -12,8 +12,9 @@ column is reported, with the ratio torch.mm / column.
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
 ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
-tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), joined with ``+``
-(``c1+bn256+stages4``, ``bn128+sk``).
+tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``bandB`` (B unit
+rows per band of the tile order; 0: row-major), joined with ``+`` (``c1+bn256+stages4``,
+``bn128+sk``, ``band4``).
 """
 from __future__ import annotations
 
@@ -47,9 +48,11 @@ def column_knobs(name: str) -> dict:
             knobs["stages"] = int(part[6:])
         elif part == "sk":
             knobs["sk"] = True
+        elif part.startswith("band") and part[4:].isdigit():
+            knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, joined with +)")
+                             f"stagesN, sk, bandB, joined with +)")
     return knobs
 
 
@@ -58,19 +61,20 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
     (a width that does not divide N, too many stages). ``pair_ctas``: CTAs resident at once
     as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM)."""
-    from launch.cache import Variant, default_push, default_stages, push_for
+    from dataclasses import replace
+
+    from launch.cache import default_variant
     from launch.plan import make_plan
     knobs = column_knobs(name)
     stages = knobs.pop("stages", None)
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
-    push = push_for(default_push("sm_90a", "unicast", "rs"), "gemm")
-    if stages is None:  # as the op: default_stages, whatever else the column forces
-        stages = default_stages("sm_90a", "unicast", push, plan)
-    v = Variant("sm_90a", plan.bn, 2, "gemm", "unicast", plan.cta_group, push=push, pdl=1,
-                stages=stages, sk=int(plan.sk > 1))
+    v = default_variant("sm_90a", 2, "unicast", plan)  # as the op, whatever the column forces
+    if stages is not None:
+        v = replace(v, stages=stages)
+    stages = v.stages
     if stages:
         from launch.sm90_kernel import Sm90FusedKernel
-        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=push, stages=stages)
+        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push, stages=stages)
     return plan, v
 
 

@@ -23,26 +23,21 @@ GRID_M = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 def grid_plans(sm_count: int = 132, world: int = 2) -> dict[str, dict]:
     """"M x N x K mode" -> the default sm90 unicast plan's fields and its variant's knobs."""
-    from launch.cache import (auto_push_all, default_early_copy, default_push,
-                              default_push_window, default_stages, push_for)
-    from launch.plan import make_plan
+    from launch.cache import default_plan, default_variant
     out = {}
     for N in GRID_N:
         for K in GRID_K:
             for M in GRID_M:
                 for mode in ("rs", "ar", "gemm"):
-                    push = default_push("sm_90a", "unicast", mode)
-                    p = make_plan(M, N, K, world, sm_count, mode,
-                                  push_all=auto_push_all(mode, "unicast", push))
+                    p = default_plan(M, N, K, world, sm_count, mode, "sm_90a", "unicast")
+                    v = default_variant("sm_90a", world, "unicast", p)
                     out[f"{M} x {N} x {K} {mode}"] = {
                         "bn": p.bn, "cta_group": p.cta_group, "rounds": p.rounds,
                         "lag": p.lag, "chunk": p.chunk, "band": p.band,
                         "peers_first": int(p.peers_first), "flat": int(p.flat),
                         "pair_n": int(p.pair_n), "push_all": int(p.push_all), "sk": p.sk,
-                        "split_row": int(p.split_row),
-                        "stages": default_stages("sm_90a", "unicast", push_for(push, mode), p),
-                        "early_copy": default_early_copy("sm_90a", "unicast", p),
-                        "push_window": default_push_window("sm_90a", "unicast", push, p)}
+                        "split_row": int(p.split_row), "stages": v.stages,
+                        "early_copy": v.early_copy, "push_window": v.push_window}
     return out
 
 

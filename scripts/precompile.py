@@ -34,9 +34,9 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
     sub-tile-ahead loads of world-2 unicast reductions, AR's early result copies and
     one-sub-tile push windows, as
     ``GemmRsAr`` launches by default, with ``default_stages``)."""
-    from launch.cache import (Variant, auto_push_all, default_early_copy, default_prefetch,
-                              default_push, default_push_window, default_stages, push_for)
-    from launch.plan import make_plan
+    from dataclasses import astuple
+
+    from launch.cache import default_plan, default_variant
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
@@ -48,21 +48,9 @@ def variants(arch: str, world: int, transports: list[str]) -> list:
                     for tr in transports:
                         if mode == "gemm" and tr == "multicast":
                             continue
-                        push = default_push(arch, tr, mode)
-                        p = make_plan(M, N, K, world, 132, mode, arch=arch,
-                                      push_all=auto_push_all(mode, tr, push))
-                        kinds.add((p.bn, mode, tr, push, p.cta_group, int(p.peers_first),
-                                   int(p.pair_n), int(p.push_all), int(p.flat), int(p.sk > 1),
-                                   int(p.split_row),
-                                   default_early_copy(arch, tr, p),
-                                   default_push_window(arch, tr, push, p),
-                                   default_stages(arch, tr, push_for(push, mode), p)))
-    pdl = int(arch == "sm_90a")
-    return [Variant(arch, bn, world, mode, tr, cg, push=push, peers_first=pf, pair_n=pn,
-                    push_all=pa, flat=fl, sk=sk, split_row=sr, pdl=pdl,
-                    prefetch=default_prefetch(arch, world, tr, mode), early_copy=ec, push_window=pw,
-                    stages=st)
-            for bn, mode, tr, push, cg, pf, pn, pa, fl, sk, sr, ec, pw, st in sorted(kinds)]
+                        p = default_plan(M, N, K, world, 132, mode, arch, tr)
+                        kinds.add(default_variant(arch, world, tr, p))
+    return sorted(kinds, key=astuple)
 
 
 def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:

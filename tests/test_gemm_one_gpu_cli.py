@@ -47,6 +47,10 @@ def test_columns_are_the_plans_they_name():
     assert (plan.cta_group, plan.bn, v.cta_group, v.bn) == (1, 256, 1, 256)
     with pytest.raises(ValueError):
         mod.column_plan("bn224", 512, 8192, 4096)  # 224 does not divide 8192
+    plan, _ = mod.column_plan("band4", 16384, 8192, 9216)
+    assert plan == make_plan(16384, 8192, 9216, 2, 132, "gemm", band=4) and plan.band == 4
+    assert mod.column_plan("band0", 16384, 8192, 9216)[0].band == 0
+    assert mod.column_plan("default", 16384, 8192, 9216)[0].band != 4
 
 
 def test_stages_column_is_checked_against_shared_memory():

@@ -331,3 +331,19 @@ def test_gemm_one_cta_choice_yields_to_forced_knobs():
     assert make_plan(1152, 7168, 4096, 2, 132, "gemm", bn=224).bn == 224
     # fused plans are not touched (they have their own cluster rule)
     assert make_plan(2048, 7168, 4096, 2, 132, "rs").cta_group == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("transport", ["unicast", "multicast"])
+def test_an_op_that_forces_nothing_launches_default_variant(variants, arch, transport):
+    """``launch.cache.default_variant`` / ``default_plan`` (what precompile.py lists and
+    tests/grid_plans.json pins) are what the op launches."""
+    from launch.cache import default_plan, default_variant
+    for mode in ("rs", "ar"):
+        op = _op(mode, transport, arch)
+        for M in (1, 128, 200, 576, 1024, 1152, 4096, 16384):
+            for K in (1024, 2048, 4096, 9216):
+                for m in (mode, "gemm") if transport == "unicast" else (mode,):
+                    plan, _ = op._plan_and_kernel(M, K, m)
+                    assert plan == default_plan(M, 7168, K, 2, 132, m, arch, transport)
+                    assert variants[-1] == default_variant(arch, 2, transport, plan), (M, K, m)
