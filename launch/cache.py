@@ -19,7 +19,8 @@ log = logging.getLogger("rsar.launch")
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
-          "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "trace")
+          "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
+          "trace")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Variant:
     sk: int = 0  # 1: the split-K tail (plans with sk)
     split_row: int = 0  # 1: RS lists split a shared tile row (plans with split_row)
     push_ctas: int = 0  # 1: CTAs past the plan's chunk only push (plans with push_ctas)
+    lean_exit: int = 0  # 1: the exit without system fences (protocol.finish_launch)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:

@@ -89,6 +89,8 @@ class CommWarps:
     # to the owner, fences once at system scope and stamps the owner (``_push_role``).
     push_ctas = False
     push_threads = COMM_THREADS  # the kernel's push CTAs copy with this many threads
+    # True: the exit without system fences or ``done`` stamps (``protocol.finish_launch``)
+    lean_exit = False
 
     @property
     def copies_early(self) -> bool:
@@ -359,7 +361,9 @@ class CommWarps:
             epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
             self._mark(ws, cta, trace.START, ctid == 0)
             if ctid == 0:
-                protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
+                if cta == Int32(0):
+                    protocol.announce_start(ws, peer_tab, epoch, self.world, rank)
+                protocol.wait_peers_started(ws, epoch, self.world, rank, timeout_ns, err_addr)
             self.comm_bar.arrive_and_wait()
             self._mark(ws, cta, trace.PEERS_DONE, ctid == 0)
         stamp = epoch + Int32(1)
@@ -540,8 +544,8 @@ class CommWarps:
         reads its own rows only), fence at system scope and stamp the owner as ``_comm_role``
         does."""
         epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
-        if ptid == 0:
-            protocol.wait_peers_done(ws, epoch, self.world, rank, timeout_ns, err_addr)
+        if ptid == 0:  # CTA 0 computes: its communication threads announce the start
+            protocol.wait_peers_started(ws, epoch, self.world, rank, timeout_ns, err_addr)
         self.push_bar.arrive_and_wait()
         stamp = epoch + Int32(1)
         pushers = num_ctas - chunk

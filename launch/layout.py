@@ -1,6 +1,7 @@
 """Byte layout of one symmetric workspace (identical on every rank).
 
-    CTRL    epoch word, CTA-exit counter, abort word, done[src] words written by peers
+    CTRL    epoch word, CTA-exit counter, abort word, started[src] (and done[src]) words
+            written by peers
     TRACE   per-CTA event times of the last launch of a trace variant (``launch.trace``)
     SK      split-K tails (``launch.plan``): a u32 flag per lane (set by a lane that stored a
             piece, cleared by the lane that adds it: local, so no epoch), then a slot of
@@ -25,7 +26,8 @@ from .plan import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
 CTRL_ABORT = 8
-CTRL_DONE = 256  # + 4 * src
+CTRL_DONE = 256  # + 4 * src: written at exit (the default exit), read by no one
+CTRL_STARTED = 384  # + 4 * src: src has started launch e (value e + 1)
 MAX_WORLD = 16
 _ALIGN = 4096
 TRACE_OFF = 4096

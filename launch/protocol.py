@@ -18,7 +18,7 @@ Int64 = cutlass.Int64
 # Error record (host-mapped int32[8]): what a timed-out wait reports.
 ERR_CODE, ERR_RANK, ERR_TILE, ERR_SRC, ERR_EPOCH, ERR_KIND = 0, 1, 2, 3, 4, 5
 ERR_TIMEOUT = 1
-KIND_ARRIVE, KIND_RESULT, KIND_DONE, KIND_SK = 1, 2, 3, 4
+KIND_ARRIVE, KIND_RESULT, KIND_STARTED, KIND_SK = 1, 2, 3, 4
 
 
 @cute.jit
@@ -63,30 +63,50 @@ def peer_base(peer_tab: Int64, p: Int32) -> Int64:
 
 
 @cute.jit
-def wait_peers_done(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int32,
-                    timeout_ns: Int64, err_addr: Int64):
-    """Before the first write into a peer's memory this launch: that peer has finished
-    reading its buffers of the previous launch (it stamps ``done`` when its last CTA exits)."""
+def announce_start(ws: Int64, peer_tab: Int64, epoch: Int32, world: cutlass.Constexpr,
+                   rank: Int32):
+    """One thread of the launch, after ``griddepcontrol.wait``: tell every peer this rank has
+    started launch ``epoch`` (stamp ``epoch + 1``), which it can only do once its previous
+    launch has finished, every read of its buffers included. No fence: the stamp carries no
+    data of this launch, and the previous launch's reads were complete when it ended."""
     for p in cutlass.range_constexpr(world):
         if Int32(p) != rank:
-            wait_stamp(ws + Int64(layout.CTRL_DONE + 4 * p), epoch, timeout_ns, err_addr, ws,
-                       rank, Int32(-1), Int32(p), epoch, Int32(KIND_DONE))
+            ptx.st_relaxed_sys(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_STARTED)
+                               + Int64(4) * Int64(rank), epoch + Int32(1))
+
+
+@cute.jit
+def wait_peers_started(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int32,
+                       timeout_ns: Int64, err_addr: Int64):
+    """Before the first write into a peer's memory this launch: that peer has started this
+    launch (``announce_start``), so it has finished reading its buffers of the previous one.
+    The acquire keeps this rank's writes after what it saw."""
+    for p in cutlass.range_constexpr(world):
+        if Int32(p) != rank:
+            wait_stamp(ws + Int64(layout.CTRL_STARTED + 4 * p), epoch + Int32(1), timeout_ns,
+                       err_addr, ws, rank, Int32(-1), Int32(p), epoch, Int32(KIND_STARTED))
 
 
 @cute.jit
 def finish_launch(ws: Int64, peer_tab: Int64, epoch: Int32, num_ctas: Int32,
-                  world: cutlass.Constexpr, rank: Int32, notify_peers: cutlass.Constexpr):
+                  world: cutlass.Constexpr, rank: Int32, lean: cutlass.Constexpr):
     """Called by one thread per CTA after the CTA's last memory access. The last CTA to
-    get here advances the epoch and tells every peer this rank is done with the launch.
-    The system fence per CTA stays: without it (tried 2026-11-30) the end of a launch was
-    no faster in the trace, and one suite run hung on a stamp that never arrived, which a
-    stamp of the CTA still in flight at exit, overtaken by the next launch's, would explain."""
-    ptx.fence_sys()
+    get here advances the epoch. Peers learn that this launch is over from the next one's
+    ``announce_start``, so nothing here needs to reach them.
+    ``lean`` False (the default exit until it is measured against this one, docs/PERF.md):
+    each CTA fences at system scope first, and the last CTA fences again and stamps
+    ``done`` on every peer, as the protocol did before ``announce_start``. Those ``done``
+    words have no reader now; the exit keeps the cost it had. An experiment of 2026-11-30
+    removed only the per-CTA fence and one suite run hung on a stamp that never arrived
+    (not explained); the lean exit is checked by the GPU suite before it becomes the
+    default."""
+    if not lean:
+        ptx.fence_sys()
     old = ptx.atom_add_acq_rel_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(1))
     if old == num_ctas - Int32(1):
         ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EXIT_COUNT), Int32(0))
         ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH), epoch + Int32(1))
-        if notify_peers:
+        if not lean:
             ptx.fence_sys()
             for p in cutlass.range_constexpr(world):
                 if Int32(p) != rank:

@@ -316,7 +316,8 @@ class Sm100FusedKernel(CommWarps):
             cute.arch.barrier()
             if tidx == 0:
                 epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
-                protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank, True)
+                protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank,
+                                       self.lean_exit)
 
     # ------------------------------------------------------------------ epilogue warps
     @cute.jit

@@ -72,7 +72,7 @@ class Sm90FusedKernel(CommWarps):
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
-                 push_ctas: int = 0, trace: int = 0) -> None:
+                 push_ctas: int = 0, lean_exit: int = 0, trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -108,6 +108,8 @@ class Sm90FusedKernel(CommWarps):
         ``push_ctas`` (RS, unicast, bulk-copy pushes, the flat order): CTAs from the plan's
         ``chunk`` up only push; the others stage their peers' tiles locally
         (``launch.plan.push_plan``, ``CommWarps._push_role``).
+        ``lean_exit``: the exit without system fences or ``done`` stamps
+        (``protocol.finish_launch``; an experiment until measured).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -128,6 +130,7 @@ class Sm90FusedKernel(CommWarps):
         self.sk = bool(sk)
         self.split_row = bool(split_row)
         self.push_ctas = bool(push_ctas)
+        self.lean_exit = bool(lean_exit)
         if self.push_ctas and (mode != "rs" or transport != "unicast" or not self.tma_push
                                or not self.flat or self.sk):
             raise ValueError("push CTAs run RS over unicast with bulk-copy pushes, in the flat "
@@ -411,7 +414,8 @@ class Sm90FusedKernel(CommWarps):
             self._mark(ws, cta, trace.EXIT_BARRIER, tidx == 0)
             if tidx == 0:
                 epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
-                protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank, True)
+                protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank,
+                                       self.lean_exit)
             self._mark(ws, cta, trace.EXIT, tidx == 0)
 
     # ------------------------------------------------------------------ MMA warp groups

@@ -8,21 +8,22 @@ from multicast.errors import (  # noqa: F401  (re-exported)
 
 
 class RsarTimeoutError(RsarError, RuntimeError):
-    """A spin-wait in the kernel ran past its limit: a peer never delivered a tile.
+    """A spin-wait in the kernel ran past its limit: a peer never started the launch or
+    never delivered a tile.
 
     The instance is unusable afterwards (ranks may disagree about the epoch); close it
     and build a new one on every rank.
     """
 
-    KINDS = {1: "partial tile", 2: "reduced tile", 3: "end of previous launch",
+    KINDS = {1: "partial tile", 2: "reduced tile", 3: "start of this launch",
              4: "split-K piece from a neighbouring CTA"}
 
     def __init__(self, rank: int, tile: int, src: int, epoch: int, kind: int) -> None:
         self.rank, self.tile, self.src, self.epoch, self.kind = rank, tile, src, epoch, kind
         what = self.KINDS.get(kind, f"kind {kind}")
-        where = f"tile {tile}" if tile >= 0 else "launch start"
+        where = f", tile {tile}" if tile >= 0 else ""
         super().__init__(
-            f"rank {rank} timed out waiting for rank {src} ({what}, {where}, launch {epoch}): "
+            f"rank {rank} timed out waiting for rank {src} ({what}{where}, launch {epoch}): "
             "the peer never arrived - is it alive and calling the op with the same M and K?"
         )
 

@@ -140,6 +140,9 @@ class GemmRsAr:
         # sm90 RS over unicast (an experiment): this many CTAs only push, the others stage
         # their peers' tiles locally (``launch.plan.push_plan``); 0: off
         self.force_push_ctas = 0
+        # sm90 fused kernels (an experiment): the exit without system fences or ``done``
+        # stamps (``launch.protocol.finish_launch``); False / None: the fenced exit
+        self.force_lean_exit: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
         self.timeout_ns = int(timeout_s * 1e9)
@@ -265,7 +268,7 @@ class GemmRsAr:
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
-               self.force_split_row, self.force_push_ctas)
+               self.force_split_row, self.force_push_ctas, self.force_lean_exit)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -283,6 +286,8 @@ class GemmRsAr:
                                    flat=int(plan.flat), sk=int(plan.sk > 1),
                                    split_row=int(plan.split_row),
                                    push_ctas=int(plan.push_ctas > 0),
+                                   lean_exit=int(bool(self.force_lean_exit) and mode != "gemm"
+                                                 and self.arch == "sm_90a"),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

@@ -69,7 +69,8 @@ def parse() -> argparse.Namespace:
                         "the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf; thread-store pushes: rs_pflsu / "
                         "ar_pflsu), with P CTAs that only push (rs_pc8 / rs_pc16 / rs_pc24; "
-                        "rs_flat: the flat order without them), with 64-wide tiles "
+                        "rs_flat: the flat order without them), with the exit without system "
+                        "fences (rs_lean / ar_lean), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
@@ -276,6 +277,9 @@ class Bench:
                 cols[f"rs_pc{P}"] = (_with(ops["rs"], ops["rs"], force_push_ctas=P), sets)
             cols["rs_flat"] = (_with(ops["rs"], ops["rs"], force_flat=True, force_sk=False),
                                sets)
+            # the exit without system fences or done stamps (launch.protocol.finish_launch)
+            for m in ("rs", "ar"):
+                cols[f"{m}_lean"] = (_with(ops[m], ops[m], force_lean_exit=True), sets)
             for m in ("rs", "ar"):
                 cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
                 cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,

@@ -253,3 +253,19 @@ def test_push_ctas_variant_stages_locally_and_pushes_from_its_own_ctas(ptx_of):
                         push_ctas=1)):
         with pytest.raises(ValueError, match="push CTAs"):
             kernel_for(bad)
+
+
+def test_lean_exit_drops_the_exit_fences_and_done_stamps(ptx_of):
+    """The lean exit (``lean_exit``) drops the per-CTA and the last CTA's system fence and
+    the ``done`` stamps (one store per peer slot), and nothing else; the GEMM alone has no
+    protocol either way."""
+    import re
+    for mode, push in (("rs", "tma"), ("ar", "tma_all")):
+        counts = []
+        for lean in (0, 1):
+            ptx = ptx_of(Variant("sm_90a", 128, 2, mode, "unicast", push=push, pdl=1,
+                                 prefetch=1, lean_exit=lean))
+            counts.append([len(re.findall(k, ptx)) for k in
+                           (r"fence\.acq_rel\.sys", r"st\.relaxed\.sys", r"ld\.acquire\.sys")])
+        (f0, s0, a0), (f1, s1, a1) = counts
+        assert (f0 - f1, s0 - s1, a0 - a1) == (2, 2, 0), counts

@@ -41,6 +41,7 @@ def _op(transport="unicast"):
     op.force_early_copy = op.force_push_window = None
     op.force_flat = op.force_sk = op.force_split_row = None
     op.force_push_ctas = 0
+    op.force_lean_exit = None
     op._plans = {}
     return op
 

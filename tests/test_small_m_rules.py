@@ -69,6 +69,7 @@ def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr
     op.force_sk = None
     op.force_split_row = None
     op.force_push_ctas = 0
+    op.force_lean_exit = None
     op._plans = {}
     return op
 
