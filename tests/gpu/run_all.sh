@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check, one log each, on a host with 2 GPUs:   tests/gpu/run_all.sh OUTDIR
+# (RSAR_GPU_WORLD=4 or 8: the suites at that many ranks, on a host with as many GPUs; the demo
+# stays at 2.)
 # (On one GPU, RSAR_ALLOW_SHARED_GPU=1 lets the two ranks share it: functional only, ~4 ms a
 # call; the demo refuses a one-GPU host.)
 # Each step has a time limit so a hang costs minutes, not the whole session; the summary
@@ -13,6 +15,7 @@ set -u
 out=${1:-gpu-logs}
 mkdir -p "$out"
 export RSAR_TIMEOUT_S=${RSAR_TIMEOUT_S:-5} RSAR_GPU_REPORT=$out/report.json
+W=${RSAR_GPU_WORLD:-2}
 P="python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning"
 run() {  # name limit command...
   local name=$1 limit=$2; shift 2
@@ -23,14 +26,14 @@ if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
   export RSAR_VARIANT_LOG=${RSAR_VARIANT_LOG:-$RSAR_KERNEL_CACHE/variants.jsonl}
   arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
   logged=(); [ -s "$RSAR_VARIANT_LOG" ] && logged=(--from-log "$RSAR_VARIANT_LOG")
-  run precompile 600 python3 scripts/precompile.py --arch "$arch" --world 2 \
+  run precompile 600 python3 scripts/precompile.py --arch "$arch" --world "$W" \
     --transports unicast --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
 fi
-[ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n 2 $P tests/gpu/test_fused_gpu.py
-run early_copy 90 mpirun -n 2 $P tests/gpu/test_early_copy_gpu.py
-run embedding 150 mpirun -n 2 $P tests/gpu/test_embedding_gpu.py
-run torch_op 120 mpirun -n 2 $P tests/gpu/test_torch_op_gpu.py
-run symmetric 60 mpirun -n 2 $P tests/gpu/test_symmetric_gpu.py
-run tp_mpirun 90 mpirun -n 2 python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
-run tp_torchrun 90 torchrun --nproc-per-node 2 scripts/tp_worker.py --torchrun
+[ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n "$W" $P tests/gpu/test_fused_gpu.py
+run early_copy 90 mpirun -n "$W" $P tests/gpu/test_early_copy_gpu.py
+run embedding 150 mpirun -n "$W" $P tests/gpu/test_embedding_gpu.py
+run torch_op 120 mpirun -n "$W" $P tests/gpu/test_torch_op_gpu.py
+run symmetric 60 mpirun -n "$W" $P tests/gpu/test_symmetric_gpu.py
+run tp_mpirun 90 mpirun -n "$W" python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
+run tp_torchrun 90 torchrun --nproc-per-node "$W" scripts/tp_worker.py --torchrun
 run demo 60 mpirun -n 2 python3 scripts/demo.py
