@@ -80,6 +80,9 @@ def parse() -> argparse.Namespace:
                         "at a time (rs_w0 / ar_w0, rs_w1 / ar_w1); at "
                         "world 2, AR on the push-all plan (ar_all; 64-wide: ar_all64; M <= "
                         "1024) and on the owner plan (ar_owner)")
+    p.add_argument("--lean-exit", action="store_true",
+                   help="run every fused column with the exit without system fences "
+                        "(GemmRsAr.force_lean_exit; an experiment until measured)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -394,6 +397,9 @@ class Bench:
         for N in grid["N"]:
             ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm)
                    for m in ("rs", "ar")}
+            if self.args.lean_exit:  # every fused column, forced ones too
+                for op in ops.values():
+                    op.force_lean_exit = True
             if self.rank == 0:
                 print(f"{ops['rs'].arch}: {ops['rs'].sm_count} SMs, {ops['rs'].pair_ctas} CTAs "
                       f"resident as 2x1 clusters", file=sys.stderr, flush=True)

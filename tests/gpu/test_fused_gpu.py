@@ -4,6 +4,7 @@ mpirun -n 2 python -m pytest -q tests/gpu/test_fused_gpu.py
 """
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -34,6 +35,19 @@ def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tenso
         if y.data_ptr() == ptr:
             return y
     raise AssertionError("allocator did not reuse the poisoned block")
+
+
+@contextlib.contextmanager
+def knobs(op: GemmRsAr, **values):
+    """The op with these ``force_*`` attributes set for the block, restored after it."""
+    before = {k: getattr(op, k) for k in values}
+    for k, v in values.items():
+        setattr(op, k, v)
+    try:
+        yield op
+    finally:
+        for k, v in before.items():
+            setattr(op, k, v)
 
 
 def check(op: GemmRsAr, seed: int, M: int, K: int) -> None:
@@ -706,12 +720,8 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
 def test_flat_peers_first_correct(comm, M, K, ar):
     """The peers-first order as one flat sequence over every list (``force_flat``): fresh
     inputs, NaN-poisoned output, against the float64 reference."""
-    op = get_op(comm, 7168, ar)
-    op.force_flat = True
-    try:
+    with knobs(get_op(comm, 7168, ar), force_flat=True) as op:
         check(op, seed=M * 17 + K + int(ar), M=M, K=K)
-    finally:
-        op.force_flat = None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -804,24 +814,16 @@ def test_rs_split_rows_random_M_bitwise(comm):
 def test_lean_exit_correct(comm, M, K, ar):
     """The exit without system fences (``force_lean_exit``): peers learn a launch is over
     from the next one's start stamp, against the float64 reference."""
-    op = get_op(comm, 7168, ar)
-    op.force_lean_exit = True
-    try:
+    with knobs(get_op(comm, 7168, ar), force_lean_exit=True) as op:
         check(op, seed=M * 13 + K + int(ar), M=M, K=K)
-    finally:
-        op.force_lean_exit = None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 def test_lean_exit_random_M_bitwise(comm, ar):
     """2000 queued lean-exit calls of random M, no host sync between them (every stamp word
     rewritten launch after launch with no fence at exit): recomputations match bitwise."""
-    op = get_op(comm, 384, ar)
-    op.force_lean_exit = True
-    try:
+    with knobs(get_op(comm, 384, ar), force_lean_exit=True) as op:
         assert random_m_calls(op, 2000, 256, seed=4321, low=1, p_check=0.01) > 5
-    finally:
-        op.force_lean_exit = None
 
 
 def test_lean_and_fenced_exits_interleaved(comm):
