@@ -6,8 +6,9 @@ order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, a
 attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
 (and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, ``pair_n``,
 ``push_all``, default 1 / False).
-Everything here - the round schedule, tile classes, receive slots, pushes, waits, reductions,
-stamps, the AR copy-out - is independent of how the tile was computed (wgmma on sm90, tcgen05
+Everything here - tile classes, receive slots, pushes, waits, reductions, stamps, the AR
+copy-out, and through its bases the round schedule (``launch.schedule``) and the push CTAs
+(``launch.push_ctas``) - is independent of how the tile was computed (wgmma on sm90, tcgen05
 on sm100).
 """
 from __future__ import annotations
@@ -17,7 +18,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from . import layout, protocol, ptx, trace
-from .plan import BM, EPI_N, SK_MAX_PIECES
+from .plan import BM, EPI_N
+from .push_ctas import PushCtas
+from .schedule import TileSchedule
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -30,15 +33,12 @@ CHUNK_ITERS = -(-SUB_CHUNKS // COMM_THREADS)
 _SUB_BYTES, _SUB_CHUNKS, _EPI_PITCH, _COMM_THREADS, _CHUNK_ITERS = (
     SUB_BYTES, SUB_CHUNKS, EPI_PITCH, COMM_THREADS, CHUNK_ITERS)
 
-# tile classes
-_FOREIGN, _OWN, _MIXED = 0, 1, 2
-# push CTAs (``CommWarps._push_role``): tiles per system fence, 16-B loads in flight a thread
-_PUSH_BATCH = 2
-_COPY_AHEAD = 8
+_FOREIGN, _OWN, _MIXED = protocol.TILE_FOREIGN, protocol.TILE_OWN, protocol.TILE_MIXED
 
 
-class CommWarps:
-    """Mixin: device methods of the communication role (see module docstring)."""
+class CommWarps(TileSchedule, PushCtas):
+    """Mixin: device methods of the communication role (see module docstring), with the
+    tile schedule (``launch.schedule``) and the push CTAs' role (``launch.push_ctas``)."""
 
     cta_group = 1  # 2: the schedule runs over 2-CTA pair-tiles (sm100, ``launch.plan``)
     # True: sub-tiles sit in the ring as unpadded 64-B rows whose four 16-B chunks are
@@ -117,197 +117,6 @@ class CommWarps:
         if cutlass.const_expr(self.trace):
             if pred:
                 trace.mark(ws, cta, event)
-
-    # ------------------------------------------------------------------ schedule (mirrors launch.plan)
-    @cute.jit
-    def _list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
-        s = Int32(0)
-        if cutlass.const_expr(self.mode == "ar"):
-            s = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
-        if cutlass.const_expr(self.mode == "rs"):
-            b = o * local_M  # owner o's first row
-            s = cutlass.min((b + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
-            if cutlass.const_expr(self.split_row):
-                # ``TilePlan.split_row``: a shared tile row split between the two lists
-                if (b - (b // Int32(BM)) * Int32(BM) != Int32(0)) & (b < tiles_m * Int32(BM)):
-                    even = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
-                    s = cutlass.min(cutlass.max(even, (b // Int32(BM)) * tiles_n), s)
-        return s
-
-    @cute.jit
-    def _unit_list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
-        """First schedule unit of list L_o (``TilePlan.unit_list_start``): the tile S(o), or
-        with 2-CTA pairs the first pair-tile whose even tile is at or after S(o)."""
-        s = self._list_start(o, num_tiles, tiles_m, tiles_n, local_M)
-        if o == Int32(self.world):
-            s = num_tiles
-        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
-            s = (s + Int32(1)) // Int32(2)
-        elif cutlass.const_expr(self.cta_group == 2):
-            pm = s // (Int32(2) * tiles_n)
-            rem = s - pm * Int32(2) * tiles_n
-            s = pm * tiles_n + cutlass.min(rem, tiles_n)
-        return s
-
-    @cute.jit
-    def _sk_pieces(self, chunk, num_units, k_tiles):
-        """``launch.plan.sk_pieces``: K pieces per unit of the last round (< 2: no split)."""
-        r = num_units - (num_units // chunk) * chunk
-        s = Int32(0)
-        if r > Int32(0):
-            s = cutlass.min(cutlass.min(chunk // r, Int32(SK_MAX_PIECES)), k_tiles)
-        return s
-
-    @cute.jit
-    def _segment(self, lane, rnd, chunk, num_units, k_tiles):
-        """(position in the flat order or -1, first k-tile, end k-tile) of lane ``lane`` in
-        round ``rnd`` (``TilePlan.segment``): whole units unless ``sk``."""
-        pos = rnd * chunk + lane
-        lo = Int32(0)
-        hi = k_tiles
-        if cutlass.const_expr(self.sk):
-            f = num_units // chunk
-            s = self._sk_pieces(chunk, num_units, k_tiles)
-            if (rnd == f) & (s > Int32(1)):
-                q = lane // s
-                i = lane - q * s
-                pos = Int32(-1)
-                if q < num_units - f * chunk:
-                    pos = f * chunk + q
-                lo = i * k_tiles // s
-                hi = (i + Int32(1)) * k_tiles // s
-        return pos, lo, hi
-
-    @cute.jit
-    def _scheduled_unit(self, rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
-                        k_tiles=None):
-        """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
-        round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``; ``k_tiles``: the split-K
-        tail's cuts, ``sk`` kernels only)."""
-        if cutlass.const_expr(self.sk):
-            pos, _, _ = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
-            rnd = pos // chunk
-            lane = pos - rnd * chunk
-            if pos < Int32(0):  # idle: a position past every unit
-                rnd = num_tiles
-                lane = Int32(0)
-        units_m = tiles_m  # rows of units: tile rows, or pair-tile rows
-        units_n = self._units_n(tiles_n)
-        num_units = num_tiles
-        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
-            num_units = units_m * units_n
-        elif cutlass.const_expr(self.cta_group == 2):
-            units_m = (tiles_m + Int32(1)) // Int32(2)
-            num_units = units_m * tiles_n
-        t = Int32(-1)
-        band = lag >> Int32(8)
-        if cutlass.const_expr(self.mode == "gemm" or self.push_all):
-            t = rnd * chunk + lane
-            if t >= num_units:
-                t = Int32(-1)
-            if (band > Int32(0)) & (t >= Int32(0)):
-                t = self._band_swizzle(t, units_m, units_n, band)
-        else:
-            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bits 8-15 the
-            # band); the peers-first order is compiled in (its variants only) so the default
-            # ones stay as they are
-            chunk_no = rnd  # which chunk of its list a lane works on
-            if cutlass.const_expr(self.flat):
-                # one sequence: the peers' lists, then the own (``TilePlan.flat``)
-                pos = rnd * chunk + lane
-                for q in cutlass.range_constexpr(self.world):
-                    o = (rank + Int32(1 + q)) % Int32(self.world)
-                    n = (self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
-                         - self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M))
-                    if (t < Int32(0)) & (pos >= Int32(0)) & (pos < n):
-                        t = self._list_unit(o, Int32(0), Int32(1), pos, band, num_tiles,
-                                            tiles_m, tiles_n, local_M)
-                    pos = pos - n
-            elif cutlass.const_expr(self.peers_first):
-                part = rnd % Int32(self.world)
-                j = lane
-                chunk_no = rnd // Int32(self.world)
-            else:
-                part = lane // chunk
-                j = lane - part * chunk
-                if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
-                    part = (part + rnd) % Int32(self.world)
-            if cutlass.const_expr(not self.flat):
-                o = rank
-                k = chunk_no - (lag & Int32(1))
-                if part < Int32(self.world - 1):
-                    o = (rank + Int32(1) + part) % Int32(self.world)
-                    k = chunk_no
-                t = self._list_unit(o, k, chunk, j, band, num_tiles, tiles_m, tiles_n, local_M)
-        if cutlass.const_expr(self.push_ctas):
-            if lane >= chunk:
-                t = Int32(-1)  # a push CTA computes nothing
-        return t
-
-    @cute.jit
-    def _list_unit(self, o, k, step, j, band, num_tiles, tiles_m, tiles_n, local_M):
-        """The unit at position ``k * step + j`` of list L_o in its band order, or -1 for a
-        negative ``k`` or past the list's end."""
-        start = self._unit_list_start(o, num_tiles, tiles_m, tiles_n, local_M)
-        end = self._unit_list_start(o + Int32(1), num_tiles, tiles_m, tiles_n, local_M)
-        idx = k * step + j
-        length = end - start
-        t = Int32(-1)
-        units_n = self._units_n(tiles_n)
-        if (k >= Int32(0)) & (idx < length):
-            if band > Int32(0):  # launch.plan.list_swizzle
-                rows = length // units_n
-                if idx < rows * units_n:
-                    idx = self._band_swizzle(idx, rows, units_n, band)
-            t = start + idx
-        return t
-
-    @cute.jit
-    def _units_n(self, tiles_n):
-        """Schedule units per unit row (``TilePlan.units_n``): tiles, or pairs along N."""
-        n = tiles_n
-        if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
-            n = tiles_n // Int32(2)
-        return n
-
-    @cute.jit
-    def _band_swizzle(self, i, rows, tiles_n, band):
-        """launch.plan.band_swizzle: item i of a grid of ``rows`` x ``tiles_n`` units."""
-        per_band = band * tiles_n
-        b = i // per_band
-        within = i - b * per_band
-        r = cutlass.min(band, rows - b * band)
-        tn = within // r
-        return (b * band + (within - tn * r)) * tiles_n + tn
-
-    @cute.jit
-    def _scheduled(self, rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
-                   k_tiles=None):
-        """The tile this CTA finishes in round ``rnd``, or -1 (see ``TilePlan.scheduled``).
-        With 2-CTA pairs: the even / odd tile of the cluster's pair-tile; an odd tile row
-        past the last one (zero-filled padding) is -1: computed, never communicated. A
-        split-K piece stored for another lane (``sk``) is -1 too."""
-        t = Int32(-1)
-        if cutlass.const_expr(self.cta_group == 1):
-            t = self._scheduled_unit(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                     local_M, k_tiles)
-            if cutlass.const_expr(self.sk):
-                _, lo, _ = self._segment(cta, rnd, chunk, num_tiles, k_tiles)
-                if lo > Int32(0):
-                    t = Int32(-1)
-        else:
-            u = self._scheduled_unit(rank, cta // Int32(2), rnd, chunk, lag, num_tiles, tiles_m,
-                                     tiles_n, local_M)
-            if cutlass.const_expr(self.pair_n):
-                if u >= Int32(0):
-                    t = Int32(2) * u + (cta - (cta // Int32(2)) * Int32(2))
-            elif u >= Int32(0):
-                pm = u // tiles_n
-                tn = u - pm * tiles_n
-                tm = Int32(2) * pm + (cta - (cta // Int32(2)) * Int32(2))
-                if tm < tiles_m:
-                    t = tm * tiles_n + tn
-        return t
 
     # ------------------------------------------------------------------ communication warps
     @cute.jit
@@ -532,97 +341,6 @@ class CommWarps:
             self._ar_copy_out(ctid, cta, num_ctas, num_tiles, tiles_n, rank, epoch, M, N, ws,
                               out_addr, result_off, out_off, timeout_ns, err_addr)
             self._mark(ws, cta, trace.COPY_DONE, ctid == 0)
-
-    @cute.jit
-    def _push_role(self, ptid, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
-                   err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
-                   arrive_off, recv_off, region_bytes, out_off):
-        """A push CTA's threads (``push_ctas``; ``ptid``: 0-95 its communication threads,
-        then its MMA threads, ``push_threads`` in all): walk the MMA CTAs' flat order
-        at positions cta - chunk, + P, ... (P push CTAs); for each tile a peer owns, wait for
-        its local stamp, copy the staged tile whole to the owner's receive slot (the owner
-        reads its own rows only), fence at system scope and stamp the owner as ``_comm_role``
-        does."""
-        epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
-        if ptid == 0:  # CTA 0 computes: its communication threads announce the start
-            protocol.wait_peers_started(ws, epoch, self.world, rank, timeout_ns, err_addr)
-        self.push_bar.arrive_and_wait()
-        stamp = epoch + Int32(1)
-        pushers = num_ctas - chunk
-        first = cta - chunk
-        steps = (rounds * chunk - first + pushers - Int32(1)) // pushers
-        batch = _PUSH_BATCH
-        for b0 in range((steps + Int32(batch - 1)) // Int32(batch)):
-            for b in cutlass.range_constexpr(batch):
-                t, tm, tn, o_lo, o_hi, live = self._push_tile(
-                    b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
-                    num_tiles, tiles_m, tiles_n, local_M, padded_M)
-                if live:
-                    word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
-                    if ptid == 0:
-                        protocol.wait_stamp(ws + word, stamp, timeout_ns, err_addr, ws, rank, t,
-                                            rank, epoch, Int32(protocol.KIND_ARRIVE), True)
-                    self.push_bar.arrive_and_wait()
-                    src = ws + out_off + Int64(t) * Int64(self.tile_bytes)
-                    for o in range(o_lo, o_hi + Int32(1)):
-                        if o != rank:
-                            dst = self._recv_slot_addr(o, rank, t, tm, tn, tiles_n, local_M,
-                                                       num_tiles, peer_tab, recv_off,
-                                                       region_bytes)
-                            self._copy_tile(ptid, src, dst)
-            # one system fence for the batch's copies, then every owner's stamp
-            self.push_bar.arrive_and_wait()
-            if ptid == 0:
-                ptx.fence_sys()
-                for b in cutlass.range_constexpr(batch):
-                    t, _, _, o_lo, o_hi, live = self._push_tile(
-                        b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
-                        num_tiles, tiles_m, tiles_n, local_M, padded_M)
-                    if live:
-                        word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
-                        for o in range(o_lo, o_hi + Int32(1)):
-                            if o != rank:
-                                ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)
-
-    @cute.jit
-    def _push_tile(self, step, steps, first, pushers, rank, chunk, lag, num_tiles, tiles_m,
-                   tiles_n, local_M, padded_M):
-        """(t, tile row, tile column, first owner, last owner, live) of a push CTA's step:
-        live where the step exists and its tile is one a peer owns (rows of)."""
-        i = first + step * pushers
-        rnd = i // chunk
-        t = Int32(-1)
-        if step < steps:
-            t = self._scheduled_unit(rank, i - rnd * chunk, rnd, chunk, lag, num_tiles,
-                                     tiles_m, tiles_n, local_M)
-        tm = Int32(0)
-        tn = Int32(0)
-        o_lo = Int32(0)
-        o_hi = Int32(-1)
-        live = t >= Int32(0)
-        if live:
-            tm = t // tiles_n
-            tn = t - tm * tiles_n
-            cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
-            live = cls != Int32(_OWN)
-        return t, tm, tn, o_lo, o_hi, live
-
-    @cute.jit
-    def _copy_tile(self, ptid, src, dst):
-        """A staged tile slot to a peer's receive slot: 16-B L2 loads and stores by a push
-        CTA's ``push_threads``, ``_COPY_AHEAD`` loads in flight per thread."""
-        pieces = self.tile_bytes // 16
-        per_thread = -(-pieces // self.push_threads)
-        for j0 in cutlass.range_constexpr(0, per_thread, _COPY_AHEAD):
-            vals = []
-            for j in cutlass.range_constexpr(j0, min(j0 + _COPY_AHEAD, per_thread)):
-                c = ptid + Int32(j * self.push_threads)
-                vals.append(self._ld_if(c < Int32(pieces), src + Int64(c) * Int64(16), False))
-            for jj in cutlass.range_constexpr(len(vals)):
-                c = ptid + Int32((j0 + jj) * self.push_threads)
-                if c < Int32(pieces):
-                    v0, v1, v2, v3 = vals[jj]
-                    ptx.st_v4(dst + Int64(c) * Int64(16), v0, v1, v2, v3)
 
     # ---- per sub-tile work of the 96 communication threads: each owns chunks
     #      c = ctid + 96 j (16 bytes, row c // 4, column chunk c % 4); loads are all issued

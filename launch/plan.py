@@ -375,7 +375,7 @@ class TilePlan:
     def segment(self, lane: int, rnd: int) -> tuple[int, int, int]:
         """(position in the flat order, first k-tile, end k-tile) of what lane ``lane`` computes
         in round (segment) ``rnd``; position -1: idle. Whole units unless ``sk`` (module
-        docstring; the kernels' ``CommWarps._segment``)."""
+        docstring; the kernels' ``TileSchedule._segment``)."""
         pos, kt = rnd * self.chunk + lane, self.k_tiles
         f = self.num_units // self.chunk
         if self.sk < 2 or rnd != f:

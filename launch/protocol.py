@@ -19,6 +19,8 @@ Int64 = cutlass.Int64
 ERR_CODE, ERR_RANK, ERR_TILE, ERR_SRC, ERR_EPOCH, ERR_KIND = 0, 1, 2, 3, 4, 5
 ERR_TIMEOUT = 1
 KIND_ARRIVE, KIND_RESULT, KIND_STARTED, KIND_SK = 1, 2, 3, 4
+# Tile classes (``CommWarps._tile_class``): rows of peers only, of this rank only, of both
+TILE_FOREIGN, TILE_OWN, TILE_MIXED = 0, 1, 2
 
 
 @cute.jit

@@ -16,7 +16,7 @@ Warp roles (288 threads, one CTA per SM, persistent over the round schedule of `
 
 With ``cta_group`` 2 the two CTAs of a cluster compute the two vertically adjacent tiles of one
 pair-tile; a pair past the last tile row (odd tile rows) computes zero-filled rows that the
-schedule never hands to the communication warps (``CommWarps._scheduled`` returns -1).
+schedule never hands to the communication warps (``TileSchedule._scheduled`` returns -1).
 """
 from __future__ import annotations
 

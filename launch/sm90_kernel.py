@@ -107,7 +107,7 @@ class Sm90FusedKernel(CommWarps):
         their lists (``launch.plan``, ``TilePlan.split_row``).
         ``push_ctas`` (RS, unicast, bulk-copy pushes, the flat order): CTAs from the plan's
         ``chunk`` up only push; the others stage their peers' tiles locally
-        (``launch.plan.push_plan``, ``CommWarps._push_role``).
+        (``launch.plan.push_plan``, ``launch.push_ctas``).
         ``lean_exit``: the exit without system fences or ``done`` stamps
         (``protocol.finish_launch``; an experiment until measured).
         ``trace``: record event times (``launch.trace``)."""
