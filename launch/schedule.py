@@ -20,7 +20,7 @@ Int64 = cutlass.Int64
 class TileSchedule:
     """Mixin of the kernels (through ``CommWarps``): device methods of the schedule. Reads
     the kernel's ``mode, world, cta_group, peers_first, flat, sk, split_row, pair_n,
-    push_all`` attributes."""
+    push_all, push_ctas`` attributes."""
 
     @cute.jit
     def _list_start(self, o, num_tiles, tiles_m, tiles_n, local_M):
