@@ -91,6 +91,51 @@ class GemmRsAr:
         self.arch = _arch_of(self.device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
+        self._set_default_knobs()
+        self.timeout_ns = int(timeout_s * 1e9)
+        if workspace is not None:
+            why = "the workspace is closed" if workspace.closed else workspace.fits(
+                max_M, N, self.world, self.device)
+            if why:
+                raise ValueError(f"cannot share this workspace: {why}")
+            self._ws = workspace
+        else:
+            self._ws = Workspace(max_M, N, bs)
+        self.transport = self._ws.transport
+        # How partials reach peers on sm90: "lsu" (thread stores), "tma" (bulk copies) or
+        # "tma_all" (AR's reduced tiles as bulk copies too).
+        self.push = default_push(self.arch or "", self.transport, self.mode)
+        self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
+        log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
+                  self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
+                  "own" if self._owns_ws else "shared")
+
+    @property
+    def workspace(self) -> Workspace:
+        self._require_open()
+        return self._ws
+
+    # ------------------------------------------------------------------ queries
+    def can_run(self, w: Any) -> bool:
+        """Whether ``w`` (an (N, K) tensor or a module with ``.weight``) is usable here."""
+        if self._ws is None or self._ws.closed or self.arch not in KERNEL_ARCHS:
+            return False
+        try:
+            check_weight(weight_of(w), self.N, self.device)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def should_run(self, x: torch.Tensor) -> bool:
+        """Whether the fused op is expected to beat torch.mm + NCCL for this x."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            return False
+        M, K = x.shape
+        return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
+
+    def _set_default_knobs(self) -> None:
+        """Every ``force_*`` knob (and ``trace``) at its default: the plans and kernels the
+        rules pick. Tests that plan without a device build an op from this too."""
         # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan, 0 or 1 the
         # 1-CTA schedule's lag; None lets the plan choose. ``force_rotate`` /
         # ``force_peers_first``: the 1-CTA schedule's part rotation / peers-first order.
@@ -145,46 +190,6 @@ class GemmRsAr:
         self.force_lean_exit: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
-        self.timeout_ns = int(timeout_s * 1e9)
-        if workspace is not None:
-            why = "the workspace is closed" if workspace.closed else workspace.fits(
-                max_M, N, self.world, self.device)
-            if why:
-                raise ValueError(f"cannot share this workspace: {why}")
-            self._ws = workspace
-        else:
-            self._ws = Workspace(max_M, N, bs)
-        self.transport = self._ws.transport
-        # How partials reach peers on sm90: "lsu" (thread stores), "tma" (bulk copies) or
-        # "tma_all" (AR's reduced tiles as bulk copies too).
-        self.push = default_push(self.arch or "", self.transport, self.mode)
-        self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
-        log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
-                  self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
-                  "own" if self._owns_ws else "shared")
-
-    @property
-    def workspace(self) -> Workspace:
-        self._require_open()
-        return self._ws
-
-    # ------------------------------------------------------------------ queries
-    def can_run(self, w: Any) -> bool:
-        """Whether ``w`` (an (N, K) tensor or a module with ``.weight``) is usable here."""
-        if self._ws is None or self._ws.closed or self.arch not in KERNEL_ARCHS:
-            return False
-        try:
-            check_weight(weight_of(w), self.N, self.device)
-        except (TypeError, ValueError):
-            return False
-        return True
-
-    def should_run(self, x: torch.Tensor) -> bool:
-        """Whether the fused op is expected to beat torch.mm + NCCL for this x."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 2:
-            return False
-        M, K = x.shape
-        return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
 
     @property
     def pair_ctas(self) -> int:

@@ -6,6 +6,7 @@ import pytest
 import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE
 from launch.plan import make_plan, push_plan
+from op_stub import planning_op
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -30,20 +31,7 @@ def test_push_plan_refuses_bad_counts():
 
 
 def _op(transport="unicast"):
-    op = object.__new__(gemm_rsar.GemmRsAr)
-    op.N, op.world, op.sm_count, op.mode, op.arch = 7168, 2, 132, "rs", "sm_90a"
-    op.all_reduce, op.transport, op.trace = False, transport, False
-    op.push = gemm_rsar.default_push("sm_90a", transport, "rs")
-    op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
-    op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
-    op.force_rotate = op.force_pair_n = False
-    op.force_stages = 0
-    op.force_early_copy = op.force_push_window = None
-    op.force_flat = op.force_sk = op.force_split_row = None
-    op.force_push_ctas = 0
-    op.force_lean_exit = None
-    op._plans = {}
-    return op
+    return planning_op("rs", transport)
 
 
 def test_op_launches_the_push_ctas_variant(monkeypatch):

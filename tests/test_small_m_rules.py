@@ -7,6 +7,7 @@ import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE, auto_push_all, default_push, default_stages, push_for
 from launch.plan import (choose_band, choose_flat, choose_gemm_width, choose_push_all, choose_sk,
                          make_plan)
+from op_stub import planning_op
 from rsar_core.gemm_rsar import GemmRsAr
 
 
@@ -56,22 +57,7 @@ def test_auto_push_all_only_where_a_kernel_runs_it():
 def _op(mode: str, transport: str = "unicast", arch: str = "sm_90a") -> GemmRsAr:
     """A GemmRsAr with the attributes planning reads and no device: its launch variants are
     what these tests look at."""
-    op = object.__new__(GemmRsAr)
-    op.N, op.world, op.sm_count, op.mode, op.arch = 7168, 2, 132, mode, arch
-    op.all_reduce, op.transport, op.trace = mode == "ar", transport, False
-    op.push = gemm_rsar.default_push(arch, transport, mode)
-    op.force_cta_group = op.force_lag = op.force_peers_first = op.force_bn = None
-    op.force_band = op.force_push_all = op.force_pdl = op.force_prefetch = None
-    op.force_rotate = op.force_pair_n = False
-    op.force_stages = 0
-    op.force_early_copy = op.force_push_window = None
-    op.force_flat = None
-    op.force_sk = None
-    op.force_split_row = None
-    op.force_push_ctas = 0
-    op.force_lean_exit = None
-    op._plans = {}
-    return op
+    return planning_op(mode, transport, arch)
 
 
 @pytest.fixture
