@@ -126,6 +126,15 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan) -> int:
     return 4 if plan.bn == 256 and tiles <= 1 else 0
 
 
+def default_lean_exit(arch: str, transport: str, mode: str) -> int:
+    """1 where fused kernels end without system fences or ``done`` stamps
+    (``protocol.finish_launch``): nowhere yet. The start stamps make those fences
+    unnecessary, and the lean exit passed the GPU suite on one shared GPU at world 2 and 4
+    (docs/PERF.md (u)); it becomes the default once it is timed on two GPUs against the
+    fenced exit (bench columns ``rs_lean`` / ``ar_lean``)."""
+    return 0
+
+
 def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, arch: str,
                  transport: str) -> TilePlan:
     """The plan an op that forces nothing runs (``GemmRsAr.plan``, apart from the 2x1
@@ -148,7 +157,8 @@ def default_variant(arch: str, world: int, transport: str, plan: TilePlan) -> Va
                    early_copy=default_early_copy(arch, transport, plan),
                    push_window=default_push_window(arch, transport, push, plan),
                    flat=int(plan.flat), sk=int(plan.sk > 1), split_row=int(plan.split_row),
-                   push_ctas=int(plan.push_ctas > 0))
+                   push_ctas=int(plan.push_ctas > 0),
+                   lean_exit=default_lean_exit(arch, transport, plan.mode))
 
 
 def push_for(push: str, mode: str) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
-                          default_push, default_push_window, default_stages, push_for)
+                          default_lean_exit, default_push, default_push_window, default_stages,
+                          push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -186,7 +187,7 @@ class GemmRsAr:
         # their peers' tiles locally (``launch.plan.push_plan``); 0: off
         self.force_push_ctas = 0
         # sm90 fused kernels (an experiment): the exit without system fences or ``done``
-        # stamps (``launch.protocol.finish_launch``); False / None: the fenced exit
+        # stamps (``launch.protocol.finish_launch``); None: ``launch.cache.default_lean_exit``
         self.force_lean_exit: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
@@ -291,8 +292,7 @@ class GemmRsAr:
                                    flat=int(plan.flat), sk=int(plan.sk > 1),
                                    split_row=int(plan.split_row),
                                    push_ctas=int(plan.push_ctas > 0),
-                                   lean_exit=int(bool(self.force_lean_exit) and mode != "gemm"
-                                                 and self.arch == "sm_90a"),
+                                   lean_exit=self._lean_exit(mode),
                                    trace=trace))
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
@@ -303,6 +303,12 @@ class GemmRsAr:
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
+
+    def _lean_exit(self, mode: str) -> int:
+        """``launch.cache.default_lean_exit``, unless forced (sm90 fused kernels only)."""
+        if self.force_lean_exit is None:
+            return default_lean_exit(self.arch or "", self.transport, mode)
+        return int(bool(self.force_lean_exit) and mode != "gemm" and self.arch == "sm_90a")
 
     def _push_window(self, plan: TilePlan, push: str) -> int:
         """``launch.cache.default_push_window``, unless forced."""

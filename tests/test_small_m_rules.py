@@ -334,3 +334,20 @@ def test_an_op_that_forces_nothing_launches_default_variant(variants, arch, tran
                     plan, _ = op._plan_and_kernel(M, K, m)
                     assert plan == default_plan(M, 7168, K, 2, 132, m, arch, transport)
                     assert variants[-1] == default_variant(arch, 2, transport, plan), (M, K, m)
+
+
+def test_lean_exit_knob(variants):
+    """``force_lean_exit``: None follows ``default_lean_exit`` (off until timed), True turns
+    it on for fused sm90 kernels only, never for the GEMM alone or sm100."""
+    from launch.cache import default_lean_exit
+    op = _op("rs")
+    op._plan_and_kernel(1024, 1024, "rs")
+    assert variants[-1].lean_exit == default_lean_exit("sm_90a", "unicast", "rs") == 0
+    op.force_lean_exit = True
+    for mode, want in (("rs", 1), ("gemm", 0)):
+        op._plan_and_kernel(1024, 1024, mode)
+        assert variants[-1].lean_exit == want, mode
+    sm100 = _op("ar", arch="sm_100a")
+    sm100.force_lean_exit = True
+    sm100._plan_and_kernel(1024, 1024, "ar")
+    assert variants[-1].lean_exit == 0
