@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -32,6 +34,12 @@ def plain_env(*, repo_on_path: bool = False, **extra: str) -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env
+
+
+def run_script(name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python scripts/<name> args...`` in ``plain_env()``, output captured as text."""
+    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *args],
+                          capture_output=True, text=True, timeout=timeout, env=plain_env())
 
 
 def torch_sees_gpu() -> bool:

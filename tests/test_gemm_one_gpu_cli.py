@@ -1,25 +1,16 @@
 """scripts/gemm_one_gpu.py: bad arguments are refused before a GPU is touched, and each
 column name maps to the plan and kernel variant it stands for."""
-import importlib.util
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gemm_one_gpu.py"
+from script_runs import load_script, run_script
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=60)
+def _run(*args: str):
+    return run_script("gemm_one_gpu.py", *args)
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gemm_one_gpu", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gemm_one_gpu.py", "gemm_one_gpu")
 
 
 def test_bad_columns_and_shapes_are_refused():

@@ -1,14 +1,10 @@
 """scripts/overlap_probe.py: bad arguments are refused before a GPU is touched, and the bytes
 it pushes are those of a world-2 RS call."""
-import subprocess
-import sys
-
-from script_runs import REPO, load_script, plain_env
+from script_runs import load_script, run_script
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "overlap_probe.py"), *args],
-                          capture_output=True, text=True, timeout=60, env=plain_env())
+def _run(*args: str):
+    return run_script("overlap_probe.py", *args)
 
 
 def _module():
