@@ -20,7 +20,7 @@ ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "trace")
+          "tma_store", "trace")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Variant:
     split_row: int = 0  # 1: RS lists split a shared tile row (plans with split_row)
     push_ctas: int = 0  # 1: CTAs past the plan's chunk only push (plans with push_ctas)
     lean_exit: int = 0  # 1: the exit without system fences (protocol.finish_launch)
+    tma_store: int = 0  # 1: the plain GEMM stores its output by TMA (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
 
     def tuning(self) -> dict[str, int]:
@@ -135,6 +136,15 @@ def default_lean_exit(arch: str, transport: str, mode: str) -> int:
     return 0
 
 
+def default_tma_store(arch: str, push: str, mode: str) -> int:
+    """1 where the plain GEMM stores its output by TMA (``Sm90FusedKernel`` ``tma_store``):
+    sm90 with bulk-copy rows in its ring. One H200, same run, the issue's 48 shapes
+    (docs/PERF.md (v)): 1.018x the communication threads' 16-B stores on the geomean,
+    1.033x at M <= 512 where a CTA's one tile ends the launch, 1.020x at M 1024-2048,
+    1.001x from M=4096 (where the copy-out already ran under the next tile's mainloop)."""
+    return int(arch == "sm_90a" and mode == "gemm" and push == "tma")
+
+
 def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, arch: str,
                  transport: str) -> TilePlan:
     """The plan an op that forces nothing runs (``GemmRsAr.plan``, apart from the 2x1
@@ -158,7 +168,8 @@ def default_variant(arch: str, world: int, transport: str, plan: TilePlan) -> Va
                    push_window=default_push_window(arch, transport, push, plan),
                    flat=int(plan.flat), sk=int(plan.sk > 1), split_row=int(plan.split_row),
                    push_ctas=int(plan.push_ctas > 0),
-                   lean_exit=default_lean_exit(arch, transport, plan.mode))
+                   lean_exit=default_lean_exit(arch, transport, plan.mode),
+                   tma_store=default_tma_store(arch, push, plan.mode))
 
 
 def push_for(push: str, mode: str) -> str:

@@ -55,6 +55,12 @@ BF16 = cutlass.BFloat16
 _ROW_LAYOUT = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
 
 
+def _sw64_bytes() -> Any:
+    """The TMA's 64-byte swizzle on byte addresses (16-B chunk bits 4-5 ^= bits 7-8):
+    ``CommWarps``' chunk order for 64-byte rows. Built inside a trace (it needs its context)."""
+    return cute.make_swizzle(2, 4, 3)
+
+
 def _tma_op(multicast: int) -> Any:
     """The TMA load of an operand tile shared by ``multicast`` CTAs (each loads its part for
     all of them), or loaded by one."""
@@ -72,7 +78,8 @@ class Sm90FusedKernel(CommWarps):
                  peers_first: int = 0, pair_n: int = 0, stages: int = 0,
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
-                 push_ctas: int = 0, lean_exit: int = 0, trace: int = 0) -> None:
+                 push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
+                 trace: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -110,6 +117,9 @@ class Sm90FusedKernel(CommWarps):
         (``launch.plan.push_plan``, ``launch.push_ctas``).
         ``lean_exit``: the exit without system fences or ``done`` stamps
         (``protocol.finish_launch``; an experiment until measured).
+        ``tma_store`` (the plain GEMM with bulk-copy rows): each output sub-tile leaves the
+        ring as one TMA tensor store issued by one communication warp, not as 16-B loads
+        and stores of all 96 threads (``_store_role``).
         ``trace``: record event times (``launch.trace``)."""
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
@@ -131,6 +141,9 @@ class Sm90FusedKernel(CommWarps):
         self.split_row = bool(split_row)
         self.push_ctas = bool(push_ctas)
         self.lean_exit = bool(lean_exit)
+        self.tma_store = bool(tma_store)
+        if self.tma_store and (mode != "gemm" or push != "tma"):
+            raise ValueError("TMA stores are the plain GEMM's, from the bulk-copy ring (push tma)")
         if self.push_ctas and (mode != "rs" or transport != "unicast" or not self.tma_push
                                or not self.flat or self.sk):
             raise ValueError("push CTAs run RS over unicast with bulk-copy pushes, in the flat "
@@ -215,6 +228,20 @@ class Sm90FusedKernel(CommWarps):
         self.a_smem_staged = cute.tile_to_shape(atom, (BM, BK, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, BK, self.ab_stage), order=(0, 1, 2))
 
+    def _slot_layout(self, slots: int = 0) -> Any:
+        """The sub-tile ring's layout, (BM, EPI_N[, slots]): padded rows, or with bulk-copy
+        rows the element-index form of ``CommWarps``' chunk swizzle (bits 3-4 ^= bits 6-7)."""
+        outer = self._slot_outer(slots)
+        if not self.tma_push:
+            return outer
+        return cute.make_composed_layout(cute.make_swizzle(2, 3, 3), 0, outer)
+
+    def _slot_outer(self, slots: int = 0) -> Any:
+        shape, stride = (BM, EPI_N), (self.epi_pitch, 1)
+        if slots:
+            shape, stride = (*shape, slots), (*stride, BM * self.epi_pitch)
+        return cute.make_layout(shape, stride=stride)
+
     @cute.jit
     def __call__(
         self,
@@ -240,6 +267,14 @@ class Sm90FusedKernel(CommWarps):
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
             (self.bn, BK), num_multicast=self.mc_b)
+        # unused arguments in the other variants: the kernel's parameter list is fixed
+        tma_c, tma_tC = tma_a, tma_tA
+        if cutlass.const_expr(self.tma_store):
+            c_ptr = cute.make_ptr(BF16, out_addr, cute.AddressSpace.gmem, assumed_align=16)
+            mC = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(N, 1)))
+            tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+                cute.make_composed_layout(_sw64_bytes(), 0, self._slot_outer()), (BM, EPI_N))
 
         @cute.struct
         class SharedStorage:
@@ -254,8 +289,8 @@ class Sm90FusedKernel(CommWarps):
 
         self.shared_storage = SharedStorage
         self.kernel(
-            tma_a, tma_tA, tma_b, tma_tB, self.tiled_mma, self.a_smem_staged, self.b_smem_staged,
-            out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
+            tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
+            self.b_smem_staged, out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
             chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
@@ -266,7 +301,7 @@ class Sm90FusedKernel(CommWarps):
     def kernel(
         self,
         tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
         out_addr: Int64, M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
@@ -281,6 +316,8 @@ class Sm90FusedKernel(CommWarps):
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.tma_store):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
         # cta_group 2: the cluster is one lane of the pair schedule; CTA v of it takes tile
         # row 2 * pm + v of the pair-tile and loads rows [v * BN/2, (v+1) * BN/2) of w's tile
         # for both CTAs (pairs along N: tile 2u + v, and half of x's tile)
@@ -315,7 +352,8 @@ class Sm90FusedKernel(CommWarps):
             barrier_storage=storage.epi_mbar.data_ptr(),
             num_stages=self.epi_slots,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, _COMM_THREADS),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, 32 if self.tma_store else _COMM_THREADS),
             defer_sync=True,
         )
         pipeline_init_arrive(cluster_shape_mn=(self.cta_group, 1), is_relaxed=True)
@@ -323,14 +361,7 @@ class Sm90FusedKernel(CommWarps):
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC_ptr = storage.sC.data_ptr()
-        sC_layout = cute.make_layout(
-            (BM, EPI_N, self.epi_slots), stride=(self.epi_pitch, 1, BM * self.epi_pitch))
-        if cutlass.const_expr(self.tma_push):
-            # element-index form of CommWarps' chunk swizzle: bits 3-4 ^= bits 6-7
-            sC = cute.make_tensor(sC_ptr, cute.make_composed_layout(
-                cute.make_swizzle(2, 3, 3), 0, sC_layout))
-        else:
-            sC = cute.make_tensor(sC_ptr, sC_layout)
+        sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
         gA = cute.local_tile(mA, (BM, BK), (None, None))
         gB = cute.local_tile(mB, (self.bn, BK), (None, None))
@@ -391,6 +422,15 @@ class Sm90FusedKernel(CommWarps):
                         self._push_role(tidx - 32, *push_args)
                     else:
                         self._comm_role(*comm_args)
+                elif cutlass.const_expr(self.tma_store):
+                    if warp_idx == 1:
+                        # the ring as the TMA sees it: the same swizzle, on byte addresses
+                        sC_tma = cute.make_tensor(
+                            cute.recast_ptr(sC_ptr, _sw64_bytes(), dtype=BF16),
+                            self._slot_outer(self.epi_slots))
+                        self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
+                                         local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
+                                         mC)
                 else:
                     self._comm_role(*comm_args)
         else:
@@ -436,6 +476,40 @@ class Sm90FusedKernel(CommWarps):
             real = tm < tiles_m
             tm = cutlass.min(tm, tiles_m - Int32(1))
         return tm, tn, real
+
+    @cute.jit
+    def _store_role(self, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
+                    rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
+        """``tma_store``, one communication warp: each finished sub-tile to the output as one
+        TMA tensor store (rows past M clipped by the TMA unit). A slot goes back to the MMA
+        warps once the store has read it; up to ``epi_slots - 1`` stores stay in flight."""
+        gC = cute.local_tile(mC, (BM, EPI_N), (None, None))
+        sC_st, gC_st = cute.nvgpu.cpasync.tma_partition(
+            tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
+        in_flight = self.epi_slots - 1
+        epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
+        rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
+        held = Int32(0)
+        for rnd in range(rounds):
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
+                                k_tiles)
+            if t >= Int32(0):
+                tm = t // tiles_n
+                tn = t - tm * tiles_n
+                for e in cutlass.range_constexpr(self.num_sub):
+                    epi_pipe.consumer_wait(epi_state)
+                    cute.copy(tma_c, sC_st[(None, epi_state.index)],
+                              gC_st[(None, tm, tn * Int32(self.num_sub) + Int32(e))])
+                    cute.arch.cp_async_bulk_commit_group()
+                    epi_state.advance()
+                    held = held + Int32(1)
+                    if held > Int32(in_flight):
+                        cute.arch.cp_async_bulk_wait_group(in_flight, read=True)
+                        epi_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        held = held - Int32(1)
+        # the CTA's shared memory must outlive the stores' reads
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,

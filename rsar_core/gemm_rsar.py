@@ -4,13 +4,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from launch.cache import (CACHE, Variant, auto_push_all, default_early_copy, default_prefetch,
-                          default_lean_exit, default_push, default_push_window, default_stages,
-                          push_for)
+from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
+                          default_prefetch, default_push, default_push_window, default_stages,
+                          default_tma_store, default_variant, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -189,6 +190,10 @@ class GemmRsAr:
         # sm90 fused kernels (an experiment): the exit without system fences or ``done``
         # stamps (``launch.protocol.finish_launch``); None: ``launch.cache.default_lean_exit``
         self.force_lean_exit: bool | None = None
+        # sm90 plain GEMM (``gemm_only``): the output leaves the sub-tile ring as TMA tensor
+        # stores, not 16-B thread stores (``Sm90FusedKernel`` ``tma_store``); None:
+        # ``launch.cache.default_tma_store``
+        self.force_tma_store: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
 
@@ -274,26 +279,23 @@ class GemmRsAr:
                self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
-               self.force_split_row, self.force_push_ctas, self.force_lean_exit)
+               self.force_split_row, self.force_push_ctas, self.force_lean_exit,
+               self.force_tma_store)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
             plan = self.plan(M, K, mode, band=band)
             compiled_before = CACHE.compile_count
-            fn = CACHE.get(Variant(self.arch, plan.bn, self.world, mode, self.transport,
-                                   plan.cta_group, epi_slots, push=push,
-                                   peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
-                                   stages=self._stages(plan, push, epi_slots),
-                                   push_all=int(plan.push_all),
-                                   pdl=pdl, prefetch=prefetch,
-                                   early_copy=self._early_copy(plan),
-                                   push_window=self._push_window(plan, push),
-                                   flat=int(plan.flat), sk=int(plan.sk > 1),
-                                   split_row=int(plan.split_row),
-                                   push_ctas=int(plan.push_ctas > 0),
-                                   lean_exit=self._lean_exit(mode),
-                                   trace=trace))
+            # the plan's structure as default_variant reads it, then every knob this op forces
+            v = replace(default_variant(self.arch, self.world, self.transport, plan),
+                        epi_slots=epi_slots, push=push,
+                        stages=self._stages(plan, push, epi_slots), pdl=pdl,
+                        prefetch=prefetch, early_copy=self._early_copy(plan),
+                        push_window=self._push_window(plan, push),
+                        lean_exit=self._lean_exit(mode),
+                        tma_store=self._tma_store(plan, push), trace=trace)
+            fn = CACHE.get(v)
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,
@@ -309,6 +311,14 @@ class GemmRsAr:
         if self.force_lean_exit is None:
             return default_lean_exit(self.arch or "", self.transport, mode)
         return int(bool(self.force_lean_exit) and mode != "gemm" and self.arch == "sm_90a")
+
+    def _tma_store(self, plan: TilePlan, push: str) -> int:
+        """``launch.cache.default_tma_store``, unless forced (the sm90 plain GEMM with
+        bulk-copy rows only)."""
+        if self.force_tma_store is None:
+            return default_tma_store(self.arch or "", push, plan.mode)
+        return int(bool(self.force_tma_store) and plan.mode == "gemm" and push == "tma"
+                   and self.arch == "sm_90a")
 
     def _push_window(self, plan: TilePlan, push: str) -> int:
         """``launch.cache.default_push_window``, unless forced."""

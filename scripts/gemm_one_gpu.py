@@ -13,7 +13,8 @@ Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that p
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
 ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``bandB`` (B unit
-rows per band of the tile order; 0: row-major), joined with ``+`` (``c1+bn256+stages4``,
+rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
+tensor stores / by the communication threads), joined with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 """
 from __future__ import annotations
@@ -48,11 +49,13 @@ def column_knobs(name: str) -> dict:
             knobs["stages"] = int(part[6:])
         elif part == "sk":
             knobs["sk"] = True
+        elif part in ("ts", "ts0"):
+            knobs["tma_store"] = int(part == "ts")
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, bandB, joined with +)")
+                             f"stagesN, sk, bandB, ts, ts0, joined with +)")
     return knobs
 
 
@@ -67,10 +70,13 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     from launch.plan import make_plan
     knobs = column_knobs(name)
     stages = knobs.pop("stages", None)
+    tma_store = knobs.pop("tma_store", None)
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
     v = default_variant("sm_90a", 2, "unicast", plan)  # as the op, whatever the column forces
     if stages is not None:
         v = replace(v, stages=stages)
+    if tma_store is not None:
+        v = replace(v, tma_store=tma_store)
     stages = v.stages
     if stages:
         from launch.sm90_kernel import Sm90FusedKernel

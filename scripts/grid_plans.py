@@ -37,7 +37,8 @@ def grid_plans(sm_count: int = 132, world: int = 2) -> dict[str, dict]:
                         "peers_first": int(p.peers_first), "flat": int(p.flat),
                         "pair_n": int(p.pair_n), "push_all": int(p.push_all), "sk": p.sk,
                         "split_row": int(p.split_row), "stages": v.stages,
-                        "early_copy": v.early_copy, "push_window": v.push_window}
+                        "early_copy": v.early_copy, "push_window": v.push_window,
+                        "tma_store": v.tma_store}
     return out
 
 

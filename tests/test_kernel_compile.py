@@ -269,3 +269,33 @@ def test_lean_exit_drops_the_exit_fences_and_done_stamps(ptx_of):
                            (r"fence\.acq_rel\.sys", r"st\.relaxed\.sys", r"ld\.acquire\.sys")])
         (f0, s0, a0), (f1, s1, a1) = counts
         assert (f0 - f1, s0 - s1, a0 - a1) == (2, 2, 0), counts
+
+
+@pytest.mark.parametrize("v", [
+    Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", 2, push="tma", pdl=1),
+    Variant("sm_90a", 224, 2, "gemm", "unicast", 2, push="tma", pdl=1, stages=4),
+    Variant("sm_90a", 64, 2, "gemm", "unicast", 2, push="tma", pair_n=1, pdl=1),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma", pdl=1, sk=1),
+], ids=lambda v: v.describe().replace(" ", "-"))
+def test_tma_store_is_one_tensor_store_per_sub_tile(ptx_of, v):
+    """``tma_store``: the plain GEMM's 16-B global stores of the output give way to one TMA
+    tensor store per 128 x 32 sub-tile (the compiler may emit the unrolled sub-tile loop in
+    more than one code path, so a multiple of the tile's sub-tiles), from the same ring."""
+    from dataclasses import replace
+    store = "cp.async.bulk.tensor.2d.global.shared::cta"
+    threads = ptx_of(v)
+    tma = ptx_of(replace(v, tma_store=1))
+    assert store not in threads and "st.global.v4.b32" in threads
+    n = tma.count(store)
+    assert n and n % (v.bn // 32) == 0, n
+    assert "st.global.v4.b32" not in tma
+    assert "cp.async.bulk.wait_group.read" in tma
+
+
+def test_tma_store_is_the_plain_gemms_with_bulk_copy_rows():
+    from launch.cache import kernel_for
+    for bad in (Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", tma_store=1),
+                Variant("sm_90a", 128, 2, "gemm", "unicast", push="lsu", tma_store=1)):
+        with pytest.raises(ValueError, match="TMA stores"):
+            kernel_for(bad)

@@ -499,6 +499,34 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
     assert rel_error(y, ref) < TOL
 
 
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M,K,force", [
+    (1, 1024, {}), (129, 1024, {}), (256, 1024, {}), (1000, 4096, {}), (2048, 1024, {}),
+    (3000, 9216, {}), (512, 4096, {"force_stages": 4}), (1000, 1024, {"force_cta_group": 1}),
+    (1000, 1024, {"force_cta_group": 2}), (200, 2048, {"force_pair_n": True}),
+    (640, 9216, {"force_sk": True}), (3000, 2048, {"force_sk": True, "force_bn": 128}),
+    (777, 1024, {"force_bn": 64})])
+def test_gemm_only_tma_store(comm, M, N, K, force):
+    """The plain GEMM's output by TMA tensor stores (``force_tma_store``): against the
+    float64 product, over a freed NaN block (rows past M are the TMA's to clip), and bitwise
+    equal to the communication threads' stores of the same accumulators."""
+    op = get_op(comm, N, False)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    for i in range(2):
+        x, w = rank_inputs(M + K + N + i, op.rank, M, op.N, K, dev)
+        # a freed NaN block of the output's size: the caching allocator hands it to y
+        poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
+        del poison
+        with knobs(op, force_tma_store=True, **force):
+            y = op.gemm_only(x, w)
+        with knobs(op, force_tma_store=False, **force):
+            y0 = op.gemm_only(x, w)
+        torch.cuda.synchronize()
+        assert not torch.isnan(y).any()
+        assert rel_error(y, x.double() @ w.double().t()) < TOL
+        assert torch.equal(y, y0)
+
+
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("order", ["default", "round", "pf", "pf64", "rowmajor", "band3",
                                    "pn64", "pnpf64"])
