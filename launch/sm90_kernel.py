@@ -481,35 +481,35 @@ class Sm90FusedKernel(CommWarps):
     def _store_role(self, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
                     rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
-        TMA tensor store (rows past M clipped by the TMA unit). A slot goes back to the MMA
-        warps once the store has read it; up to ``epi_slots - 1`` stores stay in flight."""
+        TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
+        warps once the stores have read them: whenever the warp holds the whole ring, and at
+        each tile's end (the wait then runs under the next tile's mainloop), so no slot is
+        held while the warp waits for a sub-tile the MMA warps have not written."""
         gC = cute.local_tile(mC, (BM, EPI_N), (None, None))
         sC_st, gC_st = cute.nvgpu.cpasync.tma_partition(
             tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
-        in_flight = self.epi_slots - 1
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        held = Int32(0)
         for rnd in range(rounds):
             t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
                                 k_tiles)
             if t >= Int32(0):
                 tm = t // tiles_n
                 tn = t - tm * tiles_n
+                held = 0  # slots taken since the last release (known at compile time)
                 for e in cutlass.range_constexpr(self.num_sub):
                     epi_pipe.consumer_wait(epi_state)
                     cute.copy(tma_c, sC_st[(None, epi_state.index)],
                               gC_st[(None, tm, tn * Int32(self.num_sub) + Int32(e))])
                     cute.arch.cp_async_bulk_commit_group()
                     epi_state.advance()
-                    held = held + Int32(1)
-                    if held > Int32(in_flight):
-                        cute.arch.cp_async_bulk_wait_group(in_flight, read=True)
-                        epi_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                        held = held - Int32(1)
-        # the CTA's shared memory must outlive the stores' reads
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    held += 1
+                    if cutlass.const_expr(held == self.epi_slots or e == self.num_sub - 1):
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                        for _s in cutlass.range_constexpr(held):
+                            epi_pipe.consumer_release(rel_state)
+                            rel_state.advance()
+                        held = 0
 
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,

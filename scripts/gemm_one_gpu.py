@@ -70,13 +70,12 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     from launch.plan import make_plan
     knobs = column_knobs(name)
     stages = knobs.pop("stages", None)
-    tma_store = knobs.pop("tma_store", None)
+    flags = {k: knobs.pop(k) for k in ("tma_store",) if k in knobs}
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
     v = default_variant("sm_90a", 2, "unicast", plan)  # as the op, whatever the column forces
     if stages is not None:
         v = replace(v, stages=stages)
-    if tma_store is not None:
-        v = replace(v, tma_store=tma_store)
+    v = replace(v, **flags)
     stages = v.stages
     if stages:
         from launch.sm90_kernel import Sm90FusedKernel
