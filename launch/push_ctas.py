@@ -61,7 +61,9 @@ class PushCtas:
                                                        num_tiles, peer_tab, recv_off,
                                                        region_bytes)
                             self._copy_tile(ptid, src, dst)
-            # one system fence for the batch's copies, then every owner's stamp
+            # one system fence for the batch's copies, then every owner's stamp (the tiles
+            # are looked up again: values made inside the copy loop's branches cannot be
+            # carried out of them)
             self.push_bar.arrive_and_wait()
             if ptid == 0:
                 ptx.fence_sys()
