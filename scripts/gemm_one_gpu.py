@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(M, N, K) for N in (7168, 8192) for K in (1024, 4096, 9216)
-          for M in (128, 256, 512, 1024, 2048, 4096)]
+          for M in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
 L2_BYTES = 60 * 2**20
 
 
@@ -109,8 +109,8 @@ def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--columns", default="default", help="comma-separated (see above)")
-    p.add_argument("--shapes", default=None, help="M,N,K;M,N,K;... (default: the issue's N and "
-                   "K, M 128-4096)")
+    p.add_argument("--shapes", default=None, help="M,N,K;M,N,K;... (default: the issue's grid, "
+                   "N 7168 / 8192, K 1024 / 4096 / 9216, M 128-16384)")
     p.add_argument("--iters", type=int, default=40, help="timed calls per column and block")
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--json", type=Path, default=None)

@@ -42,6 +42,10 @@ def test_columns_are_the_plans_they_name():
     assert plan == make_plan(16384, 8192, 9216, 2, 132, "gemm", band=4) and plan.band == 4
     assert mod.column_plan("band0", 16384, 8192, 9216)[0].band == 0
     assert mod.column_plan("default", 16384, 8192, 9216)[0].band != 4
+    # the TMA store is the GEMM alone's default; ts0 forces the threads' copy-out
+    assert mod.column_plan("default", 2048, 7168, 4096)[1].tma_store == 1
+    assert mod.column_plan("ts0", 2048, 7168, 4096)[1].tma_store == 0
+    assert mod.column_plan("ts0+c1", 2048, 7168, 4096)[1].cta_group == 1
 
 
 def test_stages_column_is_checked_against_shared_memory():
