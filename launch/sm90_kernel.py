@@ -25,9 +25,11 @@ Per tile on rank r (ownership and order: ``launch.plan``), the communication war
   still owes a peer data (that is what keeps the protocol deadlock-free);
 - AR, after the last tile: copy the tiles other ranks reduced into the caller's output as
   their result stamps arrive.
-The last CTA to exit advances the epoch (device memory) and stamps ``done`` on every peer;
-a rank writes into a peer's workspace only after that peer's ``done`` shows it finished
-the previous launch. Mode ``gemm`` compiles the communication out (plain GEMM).
+The first CTA stamps ``started`` on every peer once the launch may touch global memory, and a
+rank writes into a peer's workspace only after that peer's stamp shows it has started this
+launch (so it finished the previous one); the last CTA to exit advances the epoch (device
+memory, ``launch.protocol``). Mode ``gemm`` compiles the communication out (plain GEMM): one
+communication warp stores each output sub-tile from the ring by TMA (``tma_store``).
 """
 from __future__ import annotations
 
@@ -290,8 +292,8 @@ class Sm90FusedKernel(CommWarps):
         self.shared_storage = SharedStorage
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
-            self.b_smem_staged, out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
-            chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
+            self.b_smem_staged, out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank,
+            local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
                  min_blocks_per_mp=1, use_pdl=self.pdl, stream=stream)
