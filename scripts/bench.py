@@ -70,7 +70,8 @@ def parse() -> argparse.Namespace:
                         "in the peers-first order (rs_pf / ar_pf; thread-store pushes: rs_pflsu / "
                         "ar_pflsu), with P CTAs that only push (rs_pc8 / rs_pc16 / rs_pc24; "
                         "rs_flat: the flat order without them), with the exit without system "
-                        "fences (rs_lean / ar_lean), with 64-wide tiles "
+                        "fences (rs_lean / ar_lean), the GEMM alone with its output stored by threads, "
+                        "not TMA (gemm_ts0), with 64-wide tiles "
                         "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
@@ -280,6 +281,9 @@ class Bench:
                 cols[f"rs_pc{P}"] = (_with(ops["rs"], ops["rs"], force_push_ctas=P), sets)
             cols["rs_flat"] = (_with(ops["rs"], ops["rs"], force_flat=True, force_sk=False),
                                sets)
+            # the GEMM alone with its output stored by the communication threads, not by TMA
+            cols["gemm_ts0"] = (_with(ops["rs"], ops["rs"].gemm_only, force_tma_store=False),
+                                sets)
             # the exit without system fences or done stamps (launch.protocol.finish_launch)
             for m in ("rs", "ar"):
                 cols[f"{m}_lean"] = (_with(ops[m], ops[m], force_lean_exit=True), sets)
