@@ -69,17 +69,15 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     from launch.cache import default_variant
     from launch.plan import make_plan
     knobs = column_knobs(name)
-    stages = knobs.pop("stages", None)
-    flags = {k: knobs.pop(k) for k in ("tma_store",) if k in knobs}
+    # variant knobs; the rest are make_plan's
+    forced = {k: knobs.pop(k) for k in ("stages", "tma_store") if k in knobs}
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
-    v = default_variant("sm_90a", 2, "unicast", plan)  # as the op, whatever the column forces
-    if stages is not None:
-        v = replace(v, stages=stages)
-    v = replace(v, **flags)
-    stages = v.stages
-    if stages:
+    # as the op launches it, whatever the column forces
+    v = replace(default_variant("sm_90a", 2, "unicast", plan), **forced)
+    if v.stages:
         from launch.sm90_kernel import Sm90FusedKernel
-        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push, stages=stages)
+        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push,
+                        stages=v.stages)
     return plan, v
 
 
