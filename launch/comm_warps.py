@@ -120,6 +120,12 @@ class CommWarps(TileSchedule, PushCtas):
 
     # ------------------------------------------------------------------ communication warps
     @cute.jit
+    def _arrive_word(self, arrive_off, t, src):
+        """Offset in a workspace of the stamp rank ``src`` sets when tile t's part has landed
+        (``launch.layout``: one word per tile and sending rank)."""
+        return arrive_off + Int64(t * Int32(self.world) + src) * Int64(4)
+
+    @cute.jit
     def _tile_class(self, t, tm, rank, local_M, padded_M, num_tiles):
         """(class, first owner, last owner) of tile t, as ``launch.plan`` defines them."""
         cls = Int32(_OWN)
@@ -273,8 +279,7 @@ class CommWarps(TileSchedule, PushCtas):
                                 ptx.bulk_wait_all()
                                 ptx.fence_proxy_async_global()
                                 ptx.fence_gpu()
-                                ptx.st_relaxed_gpu(ws + arrive_off + Int64(
-                                    t * Int32(self.world) + rank) * Int64(4), stamp)
+                                ptx.st_relaxed_gpu(ws + self._arrive_word(arrive_off, t, rank), stamp)
                         else:
                             if signals:
                                 if cutlass.const_expr(self.tma_push):
@@ -284,7 +289,7 @@ class CommWarps(TileSchedule, PushCtas):
                                     self._mark(ws, cta, trace.FIRST_LANDED, first)
                                 ptx.fence_sys()
                                 self._mark(ws, cta, trace.FIRST_FENCED, first)
-                                word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                                word = self._arrive_word(arrive_off, t, rank)
                                 for o in range(o_lo, o_hi + Int32(1)):
                                     if cutlass.const_expr(self.multicast):
                                         ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word,
@@ -595,8 +600,8 @@ class CommWarps(TileSchedule, PushCtas):
                        include_self: cutlass.Constexpr):
         for s in cutlass.range_constexpr(self.world):
             if include_self or Int32(s) != rank:
-                protocol.wait_stamp(ws + arrive_off + Int64(t * Int32(self.world) + Int32(s)) * Int64(4),
-                                    stamp, timeout_ns, err_addr, ws, rank, t, Int32(s), epoch,
+                protocol.wait_stamp(ws + self._arrive_word(arrive_off, t, Int32(s)), stamp,
+                                    timeout_ns, err_addr, ws, rank, t, Int32(s), epoch,
                                     Int32(protocol.KIND_ARRIVE))
 
     @cute.jit

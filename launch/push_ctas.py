@@ -49,7 +49,7 @@ class PushCtas:
                     b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
                     num_tiles, tiles_m, tiles_n, local_M, padded_M)
                 if live:
-                    word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                    word = self._arrive_word(arrive_off, t, rank)
                     if ptid == 0:
                         protocol.wait_stamp(ws + word, stamp, timeout_ns, err_addr, ws, rank, t,
                                             rank, epoch, Int32(protocol.KIND_ARRIVE), True)
@@ -72,7 +72,7 @@ class PushCtas:
                         b0 * Int32(batch) + Int32(b), steps, first, pushers, rank, chunk, lag,
                         num_tiles, tiles_m, tiles_n, local_M, padded_M)
                     if live:
-                        word = arrive_off + Int64(t * Int32(self.world) + rank) * Int64(4)
+                        word = self._arrive_word(arrive_off, t, rank)
                         for o in range(o_lo, o_hi + Int32(1)):
                             if o != rank:
                                 ptx.stamp_sys(protocol.peer_base(peer_tab, o) + word, stamp)

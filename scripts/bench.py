@@ -343,6 +343,10 @@ class Bench:
                     cols[f"{m}_st{st}"] = (_with(ops[m if m != "gemm" else "rs"], fn,
                                                  force_stages=st), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
+        absent = sorted(self.only - set(cols))
+        if absent and self.rank == 0:  # a misspelt name, a sweep flag left out, or M-bound
+            print(f"  --only names no column at M={M} N={N} K={K}: {', '.join(absent)}",
+                  file=sys.stderr)
         blocks = max(1, min(self.args.blocks, it))
         ms: dict[str, list[float]] = {n: [] for n in names}
         for b in range(blocks):

@@ -131,6 +131,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def geomeans(rows: list[dict]) -> dict[str, float]:
+    """Geometric mean of torch.mm / column per column, over the shapes where the column ran
+    (a plan that cannot run at a shape is skipped there)."""
+    names = list(dict.fromkeys(k for r in rows for k in r["us"] if k != "mm"))
+    return {k: statistics.geometric_mean([r["us"]["mm"] / r["us"][k] for r in rows
+                                          if k in r["us"]]) for k in names}
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     import torch
@@ -186,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{M} x {N} x {K}: " + "  ".join(
             f"{k} {v:.1f} us" + (f" ({us['mm'] / v:.3f})" if k != "mm" else "")
             for k, v in us.items()), flush=True)
+    print("geomean torch.mm / column: " + "  ".join(
+        f"{k} {g:.3f}x" for k, g in geomeans(rows).items()), flush=True)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0

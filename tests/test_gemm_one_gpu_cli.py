@@ -55,3 +55,12 @@ def test_stages_column_is_checked_against_shared_memory():
     assert v.stages == 4
     with pytest.raises(ValueError, match="stages"):
         mod.column_plan("bn256+stages6", 2048, 8192, 4096)
+
+
+def test_geomean_line_averages_each_column_where_it_ran():
+    rows = [{"us": {"mm": 10.0, "default": 5.0, "c1": 20.0}},
+            {"us": {"mm": 10.0, "default": 20.0}}]  # c1 skipped at the second shape
+    g = _module().geomeans(rows)
+    assert list(g) == ["default", "c1"]
+    assert g["default"] == pytest.approx(1.0) and g["c1"] == pytest.approx(0.5)
+    assert _module().geomeans([]) == {}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU runs of a performance session, each under a time limit, logs and results in OUTDIR:
+#
+#   scripts/gpu_runs.sh OUTDIR STEP...
+#
+#   sweep   (2 GPUs) the open decisions, timed in one run against their anchors: the exit
+#           without system fences (rs_lean / ar_lean), push CTAs (rs_flat, rs_pc8/16/24) and
+#           the GEMM alone's TMA store (gemm_ts0: the thread copy-out); twice, in two seeded
+#           column orders (bench.py --plan-sweep --shuffle)
+#   grid    (2 GPUs) the issue's grid, N 7168 / 8192: grid.json, grid.md, grid.png
+#   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
+#           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
+#   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
+#
+# RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
+# machine; a stale entry is never used, it is compiled again). A step that runs past its limit
+# is killed and the next one starts, so a hang costs that step only.
+set -u
+out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
+shift
+[ $# -gt 0 ] || { echo "no STEP given (sweep, grid, checks, gemm1)" >&2; exit 2; }
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+step() {  # name limit command...
+  local name=$1 limit=$2 t0=$SECONDS; shift 2
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|geomean|rsar' "$out/$name.log" | tail -1)"
+}
+SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
+for s in "$@"; do
+  case $s in
+    sweep)
+      for seed in 1 2; do
+        step "sweep$seed" 240 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$SWEEP" \
+          --N 7168 --K 1024 4096 --M 256 1024 2048 4096 8192 --iters 30 --blocks 3 \
+          --shuffle "$seed" --json "$out/sweep$seed.json" --md "$out/sweep$seed.md"
+      done ;;
+    grid)
+      step grid 600 mpirun -n 2 python3 scripts/bench.py --N 7168 8192 \
+        --json "$out/grid.json" --md "$out/grid.md" --png "$out/grid.png" ;;
+    checks)
+      bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
+    gemm1)
+      step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
+    *)
+      echo "unknown step $s (sweep, grid, checks, gemm1)" >&2; exit 2 ;;
+  esac
+done
