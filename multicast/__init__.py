@@ -5,14 +5,15 @@ Bottom layer of rsar: checked driver calls, the multicast policy, the bootstrap
 SCM_RIGHTS), SymmetricMemory, and the read-only probes the diagnostics use.
 """
 from .errors import (
-    BootstrapError, CudaDriverError, HandleExchangeError, MulticastPolicyError, PeerError,
-    RsarError,
+    BootstrapError, ClosedError, CudaDriverError, HandleExchangeError, MulticastPolicyError,
+    PeerError, RsarError, RsarTypeError, RsarValueError, UnsupportedError,
 )
 from .policy import PolicyDecision, decide
 
 __all__ = [
-    "BootstrapError", "CudaDriverError", "HandleExchangeError", "MulticastPolicyError",
-    "PeerError", "RsarError", "PolicyDecision", "decide", "SymmetricMemory",
+    "BootstrapError", "ClosedError", "CudaDriverError", "HandleExchangeError",
+    "MulticastPolicyError", "PeerError", "RsarError", "RsarTypeError", "RsarValueError",
+    "UnsupportedError", "PolicyDecision", "decide", "SymmetricMemory",
 ]
 
 

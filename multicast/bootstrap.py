@@ -15,7 +15,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .errors import BootstrapError
+from .errors import BootstrapError, RsarTypeError, RsarValueError
 
 __all__ = ["Bootstrap", "MpiBootstrap", "TorchBootstrap", "make_bootstrap"]
 
@@ -24,7 +24,7 @@ log = logging.getLogger("rsar.multicast")
 
 def _check_bytes(data: Any, what: str) -> bytes:
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"{what} takes bytes, got {type(data).__name__}")
+        raise RsarTypeError(f"{what} takes bytes, got {type(data).__name__}")
     return bytes(data)
 
 
@@ -52,7 +52,7 @@ class Bootstrap(ABC):
 
     def _check_root(self, root: int) -> int:
         if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < self.world:
-            raise ValueError(f"broadcast root must be a rank in [0, {self.world}), got {root!r}")
+            raise RsarValueError(f"broadcast root must be a rank in [0, {self.world}), got {root!r}")
         return root
 
     def _check_gathered(self, out: list[Any]) -> list[bytes]:
@@ -194,7 +194,7 @@ def make_bootstrap(comm: Any = None) -> Bootstrap:
         return MpiBootstrap(comm)
     if _is_torch_group(comm):
         return TorchBootstrap(comm)
-    raise TypeError(
+    raise RsarTypeError(
         "comm must be a multicast.bootstrap.Bootstrap, an mpi4py communicator, a "
         f"torch.distributed ProcessGroup or None, got {type(comm).__module__}."
         f"{type(comm).__qualname__}"

@@ -16,7 +16,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from .errors import CudaDriverError
+from .errors import CudaDriverError, RsarTypeError
 
 __all__ = ["Driver", "default_driver"]
 
@@ -134,7 +134,7 @@ class Driver:
                                       str(e)) from e
             raise
         if not isinstance(out, tuple) or not out:
-            raise TypeError(f"{name} returned {out!r}; expected (CUresult, ...)")
+            raise RsarTypeError(f"{name} returned {out!r}; expected (CUresult, ...)")
         status, values = out[0], out[1:]
         code = int(status)
         if code != 0:

@@ -10,6 +10,23 @@ class RsarError(Exception):
     """Base class of every error rsar raises on purpose."""
 
 
+class RsarValueError(RsarError, ValueError):
+    """A bad argument, shape or setting, refused before anything is allocated or launched."""
+
+
+class RsarTypeError(RsarError, TypeError):
+    """An argument of the wrong type, refused before anything is allocated or launched."""
+
+
+class UnsupportedError(RsarError, RuntimeError):
+    """This process cannot run the op: no CUDA device, or no kernel for the GPU's
+    architecture (``GemmRsAr.can_run`` tells ahead)."""
+
+
+class ClosedError(RsarError, RuntimeError):
+    """The object was closed (or broken by a timeout) and cannot be used."""
+
+
 class CudaDriverError(RsarError, RuntimeError):
     """A CUDA driver call returned something other than CUDA_SUCCESS."""
 

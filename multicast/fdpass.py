@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .agree import agree
 from .bootstrap import Bootstrap
-from .errors import HandleExchangeError
+from .errors import HandleExchangeError, RsarValueError
 
 __all__ = ["boot_id", "exchange_fds"]
 
@@ -300,7 +300,7 @@ def exchange_fds(bs: Bootstrap, fd: int, timeout: float = 30.0) -> list[int | No
     descriptor left open.
     """
     if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise RsarValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     me, world = bs.rank, bs.world
     if world == 1:
         agree(bs, "fd exchange: check fd", lambda: _check_fd(fd))

@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from .bootstrap import Bootstrap
-from .errors import HandleExchangeError
+from .errors import HandleExchangeError, RsarValueError
 
 __all__ = [
     "FABRIC", "POSIX_FD", "KINDS", "FdExchange",
@@ -50,7 +50,7 @@ def handle_type(drv: Any, kind: str) -> Any:
         return t.CU_MEM_HANDLE_TYPE_FABRIC
     if kind == POSIX_FD:
         return t.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-    raise ValueError(f"handle kind must be one of {KINDS}, got {kind!r}")
+    raise RsarValueError(f"handle kind must be one of {KINDS}, got {kind!r}")
 
 
 def alloc_prop(drv: Any, device: int, kind: str) -> Any:
@@ -80,7 +80,7 @@ def attribute_for(drv: Any, kind: str) -> Any:
         return a.CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED
     if kind == POSIX_FD:
         return a.CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-    raise ValueError(f"handle kind must be one of {KINDS}, got {kind!r}")
+    raise RsarValueError(f"handle kind must be one of {KINDS}, got {kind!r}")
 
 
 def device_supports(drv: Any, device: int, kind: str) -> bool:

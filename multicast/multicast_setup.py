@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from .agree import agree
 from .bootstrap import Bootstrap
-from .errors import MulticastPolicyError
+from .errors import MulticastPolicyError, RsarValueError
 from .handles import (
     POSIX_FD, FdExchange, broadcast_handle, close_fds, export_handle, import_handle, mc_prop,
 )
@@ -70,9 +70,10 @@ def multicast_support(drv: Any, device: int) -> tuple[bool, str]:
     return True, ""
 
 
-def agree_policy(bs: Bootstrap, drv: Any, device: int,
-                 env: Mapping[str, str] | None) -> tuple[PolicyDecision, bool, str]:
-    """The policy of the whole group: (decision, try multicast, reason), equal on all ranks.
+def agree_policy(bs: Bootstrap, drv: Any, device: int, env: Mapping[str, str] | None,
+                 auto_off: str = "") -> tuple[PolicyDecision, bool, str]:
+    """The policy of the whole group: (decision, try multicast, reason), equal on all ranks
+    (``auto_off``: see ``policy.decide``).
 
     Environments may differ between ranks; multicast is tried only if every rank allows
     it and every device supports it. If any rank asked for ``on`` where that cannot be
@@ -81,7 +82,7 @@ def agree_policy(bs: Bootstrap, drv: Any, device: int,
     vote: dict[str, Any] = {}
     local_exc: Exception | None = None
     try:
-        d = decide(env)
+        d = decide(env, auto_off=auto_off)
         supported, why = multicast_support(drv, device) if d.allowed else (False, "not queried")
         vote = {"requested": d.requested, "allowed": d.allowed, "reason": d.reason,
                 "supported": supported, "why": why}
@@ -94,7 +95,7 @@ def agree_policy(bs: Bootstrap, drv: Any, device: int,
     failed = {r: v for r, v in enumerate(votes) if "error" in v}
     if failed:
         text = "; ".join(f"rank {r}: {v['message']}" for r, v in sorted(failed.items()))
-        cls = ValueError if any(v["error"] == "ValueError" for v in failed.values()) \
+        cls = RsarValueError if any(v["error"] == "ValueError" for v in failed.values()) \
             else MulticastPolicyError
         raise cls(f"multicast policy: {text}") from local_exc
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from .agree import agree, all_true
 from .bootstrap import Bootstrap
+from .errors import RsarValueError
 from .driver import Driver, default_driver
 from .handles import FABRIC, alloc_prop, device_supports, handle_type
 from .nvrtc_kernels import PTR, U32, U64, KernelModule
@@ -167,7 +168,7 @@ def fabric_export(device: int, drv: Driver | None = None) -> dict[str, Any]:
 
 def _need(sm: Any, nbytes: int, what: str) -> None:
     if sm.nbytes < nbytes:
-        raise ValueError(f"{what} needs a SymmetricMemory of at least {nbytes} bytes, "
+        raise RsarValueError(f"{what} needs a SymmetricMemory of at least {nbytes} bytes, "
                          f"got {sm.nbytes}")
 
 
@@ -257,7 +258,7 @@ def atomic_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,
     counter = _offsets(sm.world, PATTERN_BYTES)["counter"]
     expected = sm.world * blocks * threads * times
     if expected >= 1 << 32:
-        raise ValueError(f"{expected} additions overflow the 32-bit counter")
+        raise RsarValueError(f"{expected} additions overflow the 32-bit counter")
 
     def reset() -> None:
         with device_scope(drv, sm.device):

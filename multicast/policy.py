@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import MulticastPolicyError
+from .errors import MulticastPolicyError, RsarValueError
 
 __all__ = ["PolicyDecision", "decide", "resolve", "MODES", "SITE_SWITCHES"]
 
@@ -47,8 +47,12 @@ def _site_forbids(env: Mapping[str, str]) -> list[str]:
     return hits
 
 
-def decide(env: Mapping[str, str] | None = None) -> PolicyDecision:
+def decide(env: Mapping[str, str] | None = None, *, auto_off: str = "") -> PolicyDecision:
     """Read the policy from ``env`` (default os.environ). No driver call.
+
+    ``auto_off``: why ``auto`` stays on unicast for this caller (a caller whose kernels
+    should not take the multicast path unasked); empty, ``auto`` allows multicast. ``on`` and
+    the site's switches are unaffected.
 
     Raises ValueError for an RSAR_MULTICAST value outside auto|on|off, and
     MulticastPolicyError for RSAR_MULTICAST=on where a site variable forbids multicast.
@@ -57,7 +61,7 @@ def decide(env: Mapping[str, str] | None = None) -> PolicyDecision:
     raw = env.get("RSAR_MULTICAST")
     requested = "auto" if raw is None or not raw.strip() else raw.strip().lower()
     if requested not in MODES:
-        raise ValueError(f"RSAR_MULTICAST must be one of auto, on, off; got {raw!r}")
+        raise RsarValueError(f"RSAR_MULTICAST must be one of auto, on, off; got {raw!r}")
     forbidden_by = _site_forbids(env)
     if requested == "off":
         reason = "RSAR_MULTICAST=off"
@@ -75,6 +79,8 @@ def decide(env: Mapping[str, str] | None = None) -> PolicyDecision:
     if requested == "on":
         return PolicyDecision("on", True, "RSAR_MULTICAST=on")
     src = "RSAR_MULTICAST=auto" if raw is not None else "RSAR_MULTICAST unset (auto)"
+    if auto_off:
+        return PolicyDecision("auto", False, f"{src}: {auto_off}")
     return PolicyDecision("auto", True, f"{src}: multicast where every device supports it")
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping
 from .agree import agree, all_true
 from .bootstrap import Bootstrap, make_bootstrap
 from .driver import Driver, default_driver
-from .errors import CudaDriverError, PeerError
+from .errors import ClosedError, CudaDriverError, PeerError, RsarValueError
 from .handles import (
     FABRIC, POSIX_FD, FdExchange, allgather_handles, alloc_prop, close_fds, default_fd_exchange,
     device_supports, export_handle, import_handle,
@@ -78,7 +78,7 @@ class _DeviceContext:
                 device = 0  # CUDA's current device when nothing chose one
         count = int(drv.cuDeviceGetCount())
         if not 0 <= device < count:
-            raise ValueError(f"device {device} out of range: {count} CUDA device(s) visible")
+            raise RsarValueError(f"device {device} out of range: {count} CUDA device(s) visible")
         self.device = int(device)
         if cur_dev == self.device:
             self.ctx = cur
@@ -120,13 +120,15 @@ class SymmetricMemory:
     ``comm``: a Bootstrap, an mpi4py communicator, a torch ProcessGroup, or None
     (MPI COMM_WORLD). ``device``: CUDA ordinal, default the current context's device.
     ``fd_exchange(bs, fd)`` replaces the SCM_RIGHTS exchange (tests use in-process fds).
+    ``auto_off``: why RSAR_MULTICAST=auto (or unset) stays on unicast for this caller
+    (``policy.decide``); empty: ``auto`` maps multicast where every device supports it.
     """
 
     def __init__(self, nbytes: int, comm: Any = None, *, driver: Driver | None = None,
                  env: Mapping[str, str] | None = None, device: int | None = None,
-                 fd_exchange: FdExchange | None = None) -> None:
+                 fd_exchange: FdExchange | None = None, auto_off: str = "") -> None:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"nbytes must be a positive int, got {nbytes!r}")
+            raise RsarValueError(f"nbytes must be a positive int, got {nbytes!r}")
         self.size_requested = nbytes
         self._bs: Bootstrap = make_bootstrap(comm)
         self.rank = self._bs.rank
@@ -157,7 +159,7 @@ class SymmetricMemory:
         self.policy_reason = ""
 
         try:
-            self._setup(env, device)
+            self._setup(env, device, auto_off)
         except BaseException:
             self._closed = True
             for e in self._release(collective=False):
@@ -166,12 +168,12 @@ class SymmetricMemory:
 
     # ---- setup -------------------------------------------------------------------
 
-    def _setup(self, env: Mapping[str, str] | None, device: int | None) -> None:
+    def _setup(self, env: Mapping[str, str] | None, device: int | None, auto_off: str) -> None:
         bs, drv = self._bs, self._drv
         self._ctx = agree(bs, "select CUDA device", lambda: _DeviceContext(drv, device))
         self.device = self._ctx.device
         with self._ctx.scope():
-            decision, try_mc, reason = agree_policy(bs, drv, self.device, env)
+            decision, try_mc, reason = agree_policy(bs, drv, self.device, env, auto_off)
             self.policy = decision
 
             # Fabric handles need every rank able to export one; try them only if every
@@ -401,9 +403,9 @@ class SymmetricMemory:
 
     def _local_range(self, offset: int, nbytes: int) -> int:
         if self._closed or self._ctx is None:
-            raise RuntimeError("the symmetric memory is closed")
+            raise ClosedError("the symmetric memory is closed")
         if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
-            raise ValueError(f"bytes [{offset}, {offset + nbytes}) are outside the "
+            raise RsarValueError(f"bytes [{offset}, {offset + nbytes}) are outside the "
                              f"{self.nbytes}-byte allocation")
         return self.local_ptr + offset
 

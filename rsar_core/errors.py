@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from multicast.errors import (  # noqa: F401  (re-exported)
-    BootstrapError, CudaDriverError, HandleExchangeError, MulticastPolicyError, PeerError,
-    RsarError,
+    BootstrapError, ClosedError, CudaDriverError, HandleExchangeError, MulticastPolicyError,
+    PeerError, RsarError, RsarTypeError, RsarValueError, UnsupportedError,
 )
 
 
@@ -26,7 +26,3 @@ class RsarTimeoutError(RsarError, RuntimeError):
             f"rank {rank} timed out waiting for rank {src} ({what}{where}, launch {epoch}): "
             "the peer never arrived - is it alive and calling the op with the same M and K?"
         )
-
-
-class ClosedError(RsarError, RuntimeError):
-    """The instance was closed (or broken by a timeout) and cannot launch."""

@@ -17,13 +17,25 @@ from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
 from . import heuristics
-from .errors import ClosedError, RsarTimeoutError
+from .errors import ClosedError, RsarTimeoutError, RsarValueError, UnsupportedError
 from .validate import check_call, check_construction, check_weight, weight_of
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("RSAR_TIMEOUT_S", "5"))
+DEFAULT_TIMEOUT_S = 5.0
+
+
+def timeout_from_env() -> float:
+    """``RSAR_TIMEOUT_S`` (seconds, default 5), read when an op is built, so a worker may set
+    it after importing rsar."""
+    raw = os.environ.get("RSAR_TIMEOUT_S", "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise RsarValueError(f"RSAR_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
 KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
 
 
@@ -69,10 +81,14 @@ class GemmRsAr:
     COMM_WORLD). Construction, calls and ``close()`` are collective: every rank makes the
     same calls with the same M and K, in the same order. The op runs on the current CUDA
     device and the current torch stream.
+
+    ``timeout_s``: how long the kernel waits for a peer before the call fails with
+    ``RsarTimeoutError`` (default: ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a
+    ``Workspace`` to share with other ops (its ``comm`` is then used).
     """
 
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, workspace: Workspace | None = None) -> None:
+                 timeout_s: float | None = None, workspace: Workspace | None = None) -> None:
         self._ws: Workspace | None = None
         self._on_close: list = []  # callables close() runs once (rsar_core.torch_op unregisters)
         self._owns_ws = workspace is None
@@ -82,10 +98,12 @@ class GemmRsAr:
         else:
             bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
+        if timeout_s is None:
+            timeout_s = timeout_from_env()
         if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+            raise RsarValueError(f"timeout_s must be > 0, got {timeout_s}")
         if not torch.cuda.is_available():
-            raise RuntimeError("GemmRsAr needs a CUDA device; none is visible")
+            raise UnsupportedError("GemmRsAr needs a CUDA device; none is visible")
         self.max_M, self.N, self.all_reduce = max_M, N, bool(all_reduce)
         self.rank, self.world = bs.rank, bs.world
         self.mode = "ar" if self.all_reduce else "rs"
@@ -99,7 +117,7 @@ class GemmRsAr:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
                 max_M, N, self.world, self.device)
             if why:
-                raise ValueError(f"cannot share this workspace: {why}")
+                raise RsarValueError(f"cannot share this workspace: {why}")
             self._ws = workspace
         else:
             self._ws = Workspace(max_M, N, bs)
@@ -209,10 +227,10 @@ class GemmRsAr:
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
         if self.force_push_ctas and (mode or self.mode) == "ar":
-            raise ValueError("push CTAs are an RS plan; this op all-reduces")
+            raise RsarValueError("push CTAs are an RS plan; this op all-reduces")
         if self.force_push_ctas and (mode or self.mode) == "rs":
             if self.arch != "sm_90a" or self.transport != "unicast" or self.push == "lsu":
-                raise ValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
+                raise RsarValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
                                  "pushes")
             return push_plan(M, self.N, K, self.world, self.sm_count, self.force_push_ctas,
                              bn=self.force_bn,
@@ -341,10 +359,11 @@ class GemmRsAr:
 
     def _require_kernel(self) -> None:
         if self.arch not in KERNEL_ARCHS:
-            raise RuntimeError(
+            raise UnsupportedError(
                 f"no kernel for this GPU ({torch.cuda.get_device_name(self.device)}, compute "
                 f"capability {torch.cuda.get_device_capability(self.device)}): rsar has kernels "
-                f"for compute capability 9.0 (sm_90a: H100/H200) and 10.0 (sm_100a: B200/GB200); "
+                f"for compute capability 9.0 (sm_90a: H100/H200), 10.0 (sm_100a: B200/GB200) "
+                f"and 10.3 (sm_103a: B300/GB300); "
                 f"check can_run() first")
 
     def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import ClosedError, RsarError, RsarValueError
+
 __all__ = ["OP_NAME", "register", "unregister", "lookup", "gemm_rsar", "RowParallelLinear"]
 
 OP_NAME = "rsar::gemm_rsar"
@@ -60,11 +62,11 @@ _REGISTRY: dict[int, tuple[Any, Any]] = {}
 
 def _encode(serial: int, world: int, N: int, all_reduce: bool) -> int:
     if not 0 < world < (1 << _WORLD_BITS):
-        raise ValueError(f"world must be in 1..{(1 << _WORLD_BITS) - 1}, got {world}")
+        raise RsarValueError(f"world must be in 1..{(1 << _WORLD_BITS) - 1}, got {world}")
     if not 0 < N < (1 << _N_BITS):
-        raise ValueError(f"N must be in 1..{(1 << _N_BITS) - 1}, got {N}")
+        raise RsarValueError(f"N must be in 1..{(1 << _N_BITS) - 1}, got {N}")
     if serial > _MAX_SERIAL:
-        raise RuntimeError("rsar: out of torch op handles")
+        raise RsarError("rsar: out of torch op handles")
     return (serial << _SERIAL_SHIFT) | (N << (1 + _WORLD_BITS)) | (world << 1) | int(all_reduce)
 
 
@@ -135,11 +137,11 @@ def _deref(ref: Any) -> Any:
 
 
 def lookup(handle: int) -> Any:
-    """The live op registered under ``handle``; RuntimeError if there is none."""
+    """The live op registered under ``handle``; ``ClosedError`` if there is none."""
     entry = _REGISTRY.get(handle)
     op = _deref(entry[0]) if entry is not None else None
     if op is None:
-        raise RuntimeError(
+        raise ClosedError(
             f"{OP_NAME}: handle {handle} names no registered op (never registered, "
             "unregistered, closed, or garbage-collected); pass the handle that "
             "rsar_core.torch_op.register(op) returns")
@@ -162,10 +164,10 @@ def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tens
     op = lookup(handle)
     world, N, all_reduce = int(op.world), int(op.N), bool(op.all_reduce)
     if (world, N, all_reduce) != _decode(handle):
-        raise RuntimeError(f"{OP_NAME}: the op behind handle {handle} changed its world/N/"
+        raise ClosedError(f"{OP_NAME}: the op behind handle {handle} changed its world/N/"
                            f"all_reduce since register() to {(world, N, all_reduce)}")
     if x.dim() != 2 or w.dim() != 2:
-        raise ValueError(f"{OP_NAME}: x and w must be 2-D, got {tuple(x.shape)} and "
+        raise RsarValueError(f"{OP_NAME}: x and w must be 2-D, got {tuple(x.shape)} and "
                          f"{tuple(w.shape)}")
     torch._check(w.shape[0] == N, lambda: f"{OP_NAME}: w must have N={N} rows, got {w.shape[0]}")
     torch._check(x.shape[1] == w.shape[1],
@@ -199,7 +201,7 @@ class RowParallelLinear(nn.Module):
     def __init__(self, op: Any, weight: torch.Tensor) -> None:
         super().__init__()
         if weight.dim() != 2 or weight.shape[0] != op.N:
-            raise ValueError(f"weight must be (N={op.N}, K), got {tuple(weight.shape)}")
+            raise RsarValueError(f"weight must be (N={op.N}, K), got {tuple(weight.shape)}")
         self.op = op
         self.handle = register(op)
         self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(

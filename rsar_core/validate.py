@@ -5,6 +5,8 @@ from typing import Any
 
 import torch
 
+from .errors import RsarTypeError, RsarValueError
+
 MAX_WORLD = 16
 K_ALIGN = 64
 # Lets ranks share a GPU (check_one_gpu_per_rank): functional tests on a one-GPU host.
@@ -14,15 +16,15 @@ SHARED_GPU_ENV = "RSAR_ALLOW_SHARED_GPU"
 def check_construction(max_M: int, N: int, world: int) -> None:
     for name, v in (("max_M", max_M), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            raise RsarTypeError(f"{name} must be an int, got {type(v).__name__}")
     if not 1 < world <= MAX_WORLD:
-        raise ValueError(f"world size must be in 2..{MAX_WORLD}, got {world}")
+        raise RsarValueError(f"world size must be in 2..{MAX_WORLD}, got {world}")
     if 128 % world:
-        raise ValueError(f"128 must be divisible by the world size, got world={world}")
+        raise RsarValueError(f"128 must be divisible by the world size, got world={world}")
     if max_M < 128:
-        raise ValueError(f"max_M must be >= 128, got {max_M}")
+        raise RsarValueError(f"max_M must be >= 128, got {max_M}")
     if N <= 0 or N % 128:
-        raise ValueError(f"N must be a positive multiple of 128, got {N}")
+        raise RsarValueError(f"N must be a positive multiple of 128, got {N}")
 
 
 def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str | None:
@@ -43,7 +45,7 @@ def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str |
             if allow_shared:
                 return (why + f"; {SHARED_GPU_ENV}=1 lets them share it, each call taking "
                         f"milliseconds (functional tests only; not under MPS)")
-            raise ValueError(why + ". Select each rank's device before constructing, e.g. "
+            raise RsarValueError(why + ". Select each rank's device before constructing, e.g. "
                              f"torch.cuda.set_device(local_rank) ({SHARED_GPU_ENV}=1 lets "
                              f"ranks share a GPU, slowly, for functional tests)")
         first[gpu] = rank
@@ -62,26 +64,26 @@ def weight_of(w: Any) -> Any:
 
 def _check_matrix(name: str, t: Any, device: torch.device) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise RsarTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.bfloat16:
-        raise TypeError(f"{name} must be bfloat16, got {t.dtype}")
+        raise RsarTypeError(f"{name} must be bfloat16, got {t.dtype}")
     if t.dim() != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+        raise RsarValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
     if t.device != device:
-        raise ValueError(f"{name} must be on {device}, got {t.device}")
+        raise RsarValueError(f"{name} must be on {device}, got {t.device}")
     if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}")
+        raise RsarValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}")
     if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
+        raise RsarValueError(f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
 
 
 def check_weight(w: torch.Tensor, N: int, device: torch.device) -> None:
     _check_matrix("w", w, device)
     n, k = w.shape
     if n != N:
-        raise ValueError(f"w must have N={N} rows (w is (N, K)), got {n}")
+        raise RsarValueError(f"w must have N={N} rows (w is (N, K)), got {n}")
     if k <= 0 or k % K_ALIGN:
-        raise ValueError(f"K must be a positive multiple of {K_ALIGN}, got K={k}")
+        raise RsarValueError(f"K must be a positive multiple of {K_ALIGN}, got K={k}")
 
 
 def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None:
@@ -90,6 +92,6 @@ def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None
     check_weight(w, N, device)
     m, k = x.shape
     if not 0 < m <= max_M:
-        raise ValueError(f"M must be in 1..max_M={max_M}, got M={m}")
+        raise RsarValueError(f"M must be in 1..max_M={max_M}, got M={m}")
     if k != w.shape[1]:
-        raise ValueError(f"x has K={k} but w has K={w.shape[1]}")
+        raise RsarValueError(f"x has K={k} but w has K={w.shape[1]}")

@@ -19,7 +19,7 @@ from launch.layout import WorkspaceLayout
 from multicast.bootstrap import Bootstrap, make_bootstrap
 from multicast.symmetric import SymmetricMemory
 
-from .errors import ClosedError
+from .errors import ClosedError, UnsupportedError
 from .ordering import LaunchOrder
 from .validate import SHARED_GPU_ENV, check_construction, check_one_gpu_per_rank
 
@@ -31,6 +31,12 @@ def _gpu_identity(device: torch.device) -> str:
     when they share the GPU."""
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     return f"{socket.gethostname()} GPU-{uuid}" if uuid else ""
+
+
+# The multicast kernels are compiled and PTX-checked, but have not run on a GPU: the machines
+# rsar was built on forbid multicast. Until they have, the op takes them only when asked.
+AUTO_UNICAST = ("unicast, since rsar's multicast kernels have not been validated on a GPU "
+                "yet (RSAR_MULTICAST=on uses them)")
 
 
 class Workspace:
@@ -46,7 +52,7 @@ class Workspace:
         self.bootstrap: Bootstrap = make_bootstrap(comm)
         check_construction(max_M, N, self.bootstrap.world)
         if not torch.cuda.is_available():
-            raise RuntimeError("rsar needs a CUDA device; none is visible")
+            raise UnsupportedError("rsar needs a CUDA device; none is visible")
         self.max_M, self.N = max_M, N
         self.rank, self.world = self.bootstrap.rank, self.bootstrap.world
         self.device = torch.device("cuda", torch.cuda.current_device())
@@ -60,7 +66,8 @@ class Workspace:
             log.warning("%s", shared)
         need = max(WorkspaceLayout.build(max_M, N, self.world, t).total_bytes
                    for t in ("unicast", "multicast"))  # the transport is known only after setup
-        self._mem = SymmetricMemory(need, self.bootstrap, device=self.device.index)
+        self._mem = SymmetricMemory(need, self.bootstrap, device=self.device.index,
+                                    auto_off=AUTO_UNICAST)
         self.transport = self._mem.transport
         self.layout = WorkspaceLayout.build(max_M, N, self.world, self.transport)
         # Host-mapped error record: the kernel reports a timed-out wait here and the host

@@ -161,3 +161,16 @@ def test_single_rank_auto_is_unicast():
     decision, use, reason = group_policy([{}])[0]
     assert use is False and "single rank" in reason
     assert group_policy([{"RSAR_MULTICAST": "on"}])[0][1] is True
+
+
+def test_auto_off_keeps_auto_on_unicast_and_leaves_on_and_site_switches_alone():
+    why = "the caller's kernels are not validated"
+    d = decide({}, auto_off=why)
+    assert (d.requested, d.allowed) == ("auto", False)
+    assert d.reason == f"RSAR_MULTICAST unset (auto): {why}"
+    assert decide({"RSAR_MULTICAST": "auto"}, auto_off=why).reason.startswith("RSAR_MULTICAST=auto")
+    # an explicit on still opts in; a site switch still names itself, not the caller's reason
+    assert decide({"RSAR_MULTICAST": "on"}, auto_off=why).allowed
+    site = decide({"NCCL_NVLS_ENABLE": "0"}, auto_off=why)
+    assert not site.allowed and "NCCL_NVLS_ENABLE=0" in site.reason and why not in site.reason
+    assert decide({"RSAR_MULTICAST": "off"}, auto_off=why).reason == "RSAR_MULTICAST=off"

@@ -664,3 +664,15 @@ def test_process_environment_outranks_env_mapping(monkeypatch):
     with pytest.raises(MulticastPolicyError, match="NCCL_NVLS_ENABLE"):
         setup_multicast(None, None, decision=allowed, device=0, size=0, granularity=0,
                         local_handle=None, kind="posix_fd", fd_exchange=None)
+
+
+def test_auto_off_allocates_unicast_without_touching_multicast_and_on_still_opts_in():
+    fake = FakeDriver()
+    snaps = alloc_close(fake, AUTO, 2, auto_off="kernels not validated")
+    assert all(s["transport"] == "unicast" and s["mc"] == 0 for s in snaps)
+    assert all("kernels not validated" in s["reason"] for s in snaps)
+    assert not any(n.startswith("cuMulticast") for n in fake.names())
+    assert_nothing_held(fake)
+    fake = FakeDriver()
+    snaps = alloc_close(fake, ON, 2, auto_off="kernels not validated")
+    assert all(s["transport"] == "multicast" for s in snaps)

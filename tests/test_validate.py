@@ -76,3 +76,18 @@ def test_gpu_identity_is_host_and_uuid_or_empty(monkeypatch):
     assert ws_mod._gpu_identity(dev) == f"{ws_mod.socket.gethostname()} GPU-abc"
     _fake_cuda(monkeypatch, None)
     assert ws_mod._gpu_identity(dev) == ""
+
+
+def test_workspace_keeps_auto_on_unicast_until_the_multicast_kernels_are_validated(monkeypatch):
+    _fake_cuda(monkeypatch, "abc")
+    me = f"{ws_mod.socket.gethostname()} GPU-abc"
+    monkeypatch.setattr(ws_mod, "make_bootstrap", lambda comm: _Gather([me, "other GPU-b"]))
+    seen = {}
+
+    def record(nbytes, bs, **kw):
+        seen.update(kw)
+        raise AssertionError("stop after the allocation call")
+    monkeypatch.setattr(ws_mod, "SymmetricMemory", record)
+    with pytest.raises(AssertionError, match="stop after"):
+        ws_mod.Workspace(256, 7168)
+    assert seen["auto_off"] == ws_mod.AUTO_UNICAST and "RSAR_MULTICAST=on" in seen["auto_off"]
