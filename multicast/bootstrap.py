@@ -181,13 +181,19 @@ def make_bootstrap(comm: Any = None) -> Bootstrap:
     """Turn what the caller handed in into a Bootstrap.
 
     Accepts a Bootstrap (returned as is), an mpi4py communicator, a torch.distributed
-    ProcessGroup, or None (mpi4py's COMM_WORLD).
+    ProcessGroup, or None: mpi4py's COMM_WORLD, or torch.distributed's default group where
+    that is initialised and MPI sees this process alone (a torchrun launch).
     """
     if isinstance(comm, Bootstrap):
         return comm
     if comm is None:
         from mpi4py import MPI
 
+        dist = sys.modules.get("torch.distributed")
+        if (MPI.COMM_WORLD.Get_size() == 1 and dist is not None and dist.is_available()
+                and dist.is_initialized() and dist.get_world_size() > 1):
+            log.debug("bootstrap: no communicator given, using torch.distributed's default group")
+            return TorchBootstrap(None)
         log.debug("bootstrap: no communicator given, using mpi4py COMM_WORLD")
         return MpiBootstrap(MPI.COMM_WORLD)
     if _is_mpi_comm(comm):

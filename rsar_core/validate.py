@@ -18,7 +18,9 @@ def check_construction(max_M: int, N: int, world: int) -> None:
         if isinstance(v, bool) or not isinstance(v, int):
             raise RsarTypeError(f"{name} must be an int, got {type(v).__name__}")
     if not 1 < world <= MAX_WORLD:
-        raise RsarValueError(f"world size must be in 2..{MAX_WORLD}, got {world}")
+        hint = (" (one process: launch the workers with mpirun -n N, or pass their "
+                "torch.distributed ProcessGroup as comm)") if world == 1 else ""
+        raise RsarValueError(f"world size must be in 2..{MAX_WORLD}, got {world}{hint}")
     if 128 % world:
         raise RsarValueError(f"128 must be divisible by the world size, got world={world}")
     if max_M < 128:

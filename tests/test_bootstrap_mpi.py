@@ -55,3 +55,31 @@ def test_torch_bootstrap_gloo(tmp_path) -> None:
     # The group holding only global rank 1: its root 0 must map to global rank 1.
     assert "solo" not in results[0]
     check_exercise(results[1]["solo"], 0, 1)
+
+
+def test_no_comm_under_torchrun_takes_torch_default_group(monkeypatch) -> None:
+    """comm=None in a process MPI sees alone, with torch.distributed initialised over more
+    ranks (a torchrun launch): the default torch group, not a one-rank MPI world."""
+    import sys
+    import types
+
+    import torch
+    import torch.distributed  # noqa: F401  (the real one loaded before it is replaced)
+
+    from multicast.bootstrap import MpiBootstrap, TorchBootstrap, make_bootstrap
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_world_size=lambda group=None: 2,
+                                 get_rank=lambda group=None: 1)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    monkeypatch.setattr(torch, "distributed", fake)
+    bs = make_bootstrap(None)
+    assert isinstance(bs, TorchBootstrap) and (bs.rank, bs.world, bs.group) == (1, 2, None)
+    fake.is_initialized = lambda: False  # no torch group: MPI's world, as before
+    assert isinstance(make_bootstrap(None), MpiBootstrap)
+
+
+def test_one_rank_is_refused_with_how_to_launch() -> None:
+    from rsar_core import RsarValueError
+    from rsar_core.validate import check_construction
+    with pytest.raises(RsarValueError, match="mpirun -n N, or pass their torch.distributed"):
+        check_construction(256, 7168, 1)
