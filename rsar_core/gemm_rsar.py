@@ -132,6 +132,8 @@ class GemmRsAr:
 
     @property
     def workspace(self) -> Workspace:
+        """The symmetric workspace this op launches on (its own, or the one it shares);
+        ``workspace.mem.policy_reason`` says why the op runs on ``transport``."""
         self._require_open()
         return self._ws
 
@@ -255,6 +257,11 @@ class GemmRsAr:
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
+        """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
+        ``.weight``), bfloat16, on the current stream: RS returns this rank's
+        (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of it,
+        (M, N), on every rank. A fresh tensor. Collective: every rank calls with the same M
+        and K. Bad input raises RsarValueError / RsarTypeError before any launch."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)

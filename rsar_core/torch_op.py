@@ -12,11 +12,9 @@ names a live GemmRsAr in this module's registry:
     rsar::gemm_rsar(Tensor x, Tensor w, int handle) -> Tensor
 
 - ``register(op)`` returns the handle (idempotent per instance); ``unregister(op)`` drops it.
-  The registry holds the op weakly: a collected op leaves it by itself (weakref.finalize).
-  ``close()`` does not unregister (GemmRsAr has no close hook yet, see below), but a call
-  through the handle of a closed op raises ClosedError from the op itself. Where the op
-  offers a list ``_on_close`` of callables that ``close()`` runs, register() adds its
-  unregister there, so close() drops the handle too.
+  The registry holds the op weakly: a collected op leaves it by itself (weakref.finalize),
+  and register() adds its unregister to the op's ``_on_close`` list, so ``close()`` drops
+  the handle too; a call through a dropped handle raises ClosedError.
 - The CUDA kernel looks the op up and calls it: the same launch, on the current stream, so
   it captures into a CUDA graph like a direct call. Every rank must make the same calls in
   the same order, compiled or not (the op is collective).

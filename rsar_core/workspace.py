@@ -64,8 +64,7 @@ class Workspace:
                                         all(flag == "1" for flag, _ in got))
         if shared:
             log.warning("%s", shared)
-        need = max(WorkspaceLayout.build(max_M, N, self.world, t).total_bytes
-                   for t in ("unicast", "multicast"))  # the transport is known only after setup
+        need = self.bytes_needed(max_M, N, self.world)  # the transport is known after setup
         self._mem = SymmetricMemory(need, self.bootstrap, device=self.device.index,
                                     auto_off=AUTO_UNICAST)
         self.transport = self._mem.transport
@@ -79,14 +78,25 @@ class Workspace:
                   "policy: %s", self.rank, self.world, max_M, N, self._mem.nbytes,
                   self.transport, self._mem.handle_type, self._mem.policy_reason)
 
+    @staticmethod
+    def bytes_needed(max_M: int, N: int, world: int) -> int:
+        """Device memory one rank's workspace takes for ``max_M`` and ``N`` (before rounding
+        up to the allocation granularity), whichever transport setup ends with."""
+        check_construction(max_M, N, world)
+        return max(WorkspaceLayout.build(max_M, N, world, t).total_bytes
+                   for t in ("unicast", "multicast"))
+
     @property
     def mem(self) -> SymmetricMemory:
+        """The symmetric memory (``transport``, ``policy_reason``, ``handle_type``, peer
+        pointers); ClosedError once the workspace is closed."""
         if self._mem is None:
             raise ClosedError("the workspace is closed")
         return self._mem
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` ran (the memory is released)."""
         return self._mem is None
 
     def fits(self, max_M: int, N: int, world: int, device: torch.device) -> str | None:

@@ -16,6 +16,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 
 def table(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
@@ -30,13 +31,26 @@ def table(rows: list[dict]) -> dict[tuple[int, int], tuple[float, float]]:
     return {mk: (low([a for a, _ in v]), low([b for _, b in v])) for mk, v in sorted(acc.items())}
 
 
-def main() -> None:
+def groups_of(argv: list[str]) -> list[list[str]]:
+    """The file groups of the command line: a new group after each ``--newer``."""
     groups: list[list[str]] = [[]]
-    for a in sys.argv[1:]:
+    for a in argv:
         if a == "--newer":
             groups.append([])
         else:
             groups[-1].append(a)
+    return groups
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        raise SystemExit(0 if argv else 2)
+    groups = groups_of(argv)
+    missing = [p for g in groups for p in g if not Path(p).is_file()]
+    if missing:
+        raise SystemExit(f"heuristics_table: no such file: {', '.join(missing)}")
     t: dict[tuple[int, int], tuple[float, float]] = {}
     for paths in groups:
         # each re-measurement after a plan change replaces the (M, K) points it holds
