@@ -81,3 +81,14 @@ def test_precompile_keeps_what_the_cache_holds(tmp_path):
     (tmp_path / "rsar_sm_90a_stale_0123456789abcdef.o").write_bytes(b"x")
     assert precompile.cached([FORCED, OTHER], tmp_path) == [FORCED]
     assert precompile.cached([FORCED, OTHER], tmp_path / "absent") == []
+
+
+def test_the_gpu_suites_log_reads_as_world_2_sm90_variants():
+    """tests/gpu/variants.jsonl (run_all.sh precompiles it) must keep up with ``Variant``: a
+    field renamed or dropped makes it unreadable, and this fails until it is re-recorded."""
+    path = Path(__file__).resolve().parent / "gpu" / "variants.jsonl"
+    vs = variant_log.read([path])
+    assert len(vs) > 100
+    assert all(v.arch == "sm_90a" and v.world == 2 and v.transport == "unicast" for v in vs)
+    # the forced plans the suites run beyond the defaults: more than precompile's own list
+    assert len(set(vs) - set(precompile.variants("sm_90a", 2, ["unicast"]))) > 50

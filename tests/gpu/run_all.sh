@@ -9,8 +9,9 @@
 # longest step) when it ran on its own.
 # With RSAR_KERNEL_CACHE=DIR the kernels are compiled up front, in parallel: the default
 # variants and every variant an earlier run logged in DIR/variants.jsonl (the suites force
-# plans no default picks); this run logs its own there. A second run, or a DIR filled on a
-# CPU build machine from that log (scripts/precompile.py --from-log), compiles nothing.
+# plans no default picks) or in tests/gpu/variants.jsonl; this run logs its own there. A second
+# run, or a DIR filled on a CPU build machine from those logs (scripts/precompile.py
+# --from-log tests/gpu/variants.jsonl), compiles nothing.
 set -u
 out=${1:-gpu-logs}
 mkdir -p "$out"
@@ -25,7 +26,9 @@ run() {  # name limit command...
 if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
   export RSAR_VARIANT_LOG=${RSAR_VARIANT_LOG:-$RSAR_KERNEL_CACHE/variants.jsonl}
   arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
-  logged=(); [ -s "$RSAR_VARIANT_LOG" ] && logged=(--from-log "$RSAR_VARIANT_LOG")
+  # tests/gpu/variants.jsonl: what these suites launched when it was recorded (world 2)
+  logged=(--from-log tests/gpu/variants.jsonl)
+  [ -s "$RSAR_VARIANT_LOG" ] && logged+=(--from-log "$RSAR_VARIANT_LOG")
   run precompile 600 python3 scripts/precompile.py --arch "$arch" --world "$W" \
     --transports unicast --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
 fi
