@@ -52,7 +52,8 @@ class Bootstrap(ABC):
 
     def _check_root(self, root: int) -> int:
         if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < self.world:
-            raise RsarValueError(f"broadcast root must be a rank in [0, {self.world}), got {root!r}")
+            raise RsarValueError(
+                f"broadcast root must be a rank in [0, {self.world}), got {root!r}")
         return root
 
     def _check_gathered(self, out: list[Any]) -> list[bytes]:

@@ -169,7 +169,7 @@ def fabric_export(device: int, drv: Driver | None = None) -> dict[str, Any]:
 def _need(sm: Any, nbytes: int, what: str) -> None:
     if sm.nbytes < nbytes:
         raise RsarValueError(f"{what} needs a SymmetricMemory of at least {nbytes} bytes, "
-                         f"got {sm.nbytes}")
+                             f"got {sm.nbytes}")
 
 
 def pattern_check(sm: Any, bs: Bootstrap, kernels: KernelModule | None,

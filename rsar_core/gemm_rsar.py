@@ -233,7 +233,7 @@ class GemmRsAr:
         if self.force_push_ctas and (mode or self.mode) == "rs":
             if self.arch != "sm_90a" or self.transport != "unicast" or self.push == "lsu":
                 raise RsarValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
-                                 "pushes")
+                                     "pushes")
             return push_plan(M, self.N, K, self.world, self.sm_count, self.force_push_ctas,
                              bn=self.force_bn,
                              band=self.force_band if band is None else band)

@@ -163,10 +163,10 @@ def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tens
     world, N, all_reduce = int(op.world), int(op.N), bool(op.all_reduce)
     if (world, N, all_reduce) != _decode(handle):
         raise ClosedError(f"{OP_NAME}: the op behind handle {handle} changed its world/N/"
-                           f"all_reduce since register() to {(world, N, all_reduce)}")
+                          f"all_reduce since register() to {(world, N, all_reduce)}")
     if x.dim() != 2 or w.dim() != 2:
         raise RsarValueError(f"{OP_NAME}: x and w must be 2-D, got {tuple(x.shape)} and "
-                         f"{tuple(w.shape)}")
+                             f"{tuple(w.shape)}")
     torch._check(w.shape[0] == N, lambda: f"{OP_NAME}: w must have N={N} rows, got {w.shape[0]}")
     torch._check(x.shape[1] == w.shape[1],
                  lambda: f"{OP_NAME}: x has K={x.shape[1]} but w has K={w.shape[1]}")

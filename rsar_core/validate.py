@@ -48,8 +48,8 @@ def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str |
                 return (why + f"; {SHARED_GPU_ENV}=1 lets them share it, each call taking "
                         f"milliseconds (functional tests only; not under MPS)")
             raise RsarValueError(why + ". Select each rank's device before constructing, e.g. "
-                             f"torch.cuda.set_device(local_rank) ({SHARED_GPU_ENV}=1 lets "
-                             f"ranks share a GPU, slowly, for functional tests)")
+                                 f"torch.cuda.set_device(local_rank) ({SHARED_GPU_ENV}=1 lets "
+                                 f"ranks share a GPU, slowly, for functional tests)")
         first[gpu] = rank
     return None
 
@@ -76,7 +76,8 @@ def _check_matrix(name: str, t: Any, device: torch.device) -> None:
     if not t.is_contiguous():
         raise RsarValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}")
     if t.data_ptr() % 16:
-        raise RsarValueError(f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
+        raise RsarValueError(
+            f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
 
 
 def check_weight(w: torch.Tensor, N: int, device: torch.device) -> None:
