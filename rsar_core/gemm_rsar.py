@@ -23,6 +23,7 @@ from .workspace import Workspace
 
 log = logging.getLogger("rsar")
 
+KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
 DEFAULT_TIMEOUT_S = 5.0
 
 
@@ -36,7 +37,6 @@ def timeout_from_env() -> float:
         return float(raw)
     except ValueError:
         raise RsarValueError(f"RSAR_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
-KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
 
 
 def kernel_arch_for(capability: tuple[int, int]) -> str | None:
