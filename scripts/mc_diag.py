@@ -2,6 +2,7 @@
 """Low-level diagnostics of NVLink peer access and multicast, for every rank of a job.
 
     mpirun -n 2 python3 scripts/mc_diag.py [--json PATH|-] [--bw-mib 256] [--no-checks]
+    torchrun --nproc-per-node 2 scripts/mc_diag.py ...   # the same, over torch.distributed
     python3 scripts/mc_diag.py            # one rank: cross-rank checks are skipped
 
 Each rank probes its host and GPU (versions, device attributes, P2P matrix, NVLink and
@@ -16,11 +17,13 @@ on stdout, the table on stderr).
 
 Exit status, the same on every rank: 0 all checks passed (or were skipped), 1 a check
 failed, 3 no usable CUDA GPU on some rank (2 is argparse's usage error).
-MPI is used only when the job was started by an MPI launcher.
+MPI is used only when the job was started by an MPI launcher, torch.distributed (gloo) when
+torchrun started it.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -65,10 +68,25 @@ def launched_by_mpi(env: dict[str, str] | os._Environ[str] = os.environ) -> bool
     return any(env.get(v) for v in _MPI_VARS)
 
 
+def launched_by_torchrun(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """torchrun (or any launcher of torch.distributed's env:// rendezvous) started us."""
+    return all(env.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
 def make_diag_bootstrap() -> Bootstrap:
     # Importing mpi4py.MPI initialises MPI: only do it when a launcher started us, so a
     # plain run works on hosts without an MPI runtime.
     if not launched_by_mpi():
+        if launched_by_torchrun():
+            # gloo: the object collectives run on the CPU, so the ranks meet even when a
+            # GPU is missing or broken (what the diagnostics are for)
+            import torch.distributed as dist
+
+            from multicast.bootstrap import TorchBootstrap
+            if not dist.is_initialized():
+                dist.init_process_group("gloo")
+                atexit.register(dist.destroy_process_group)
+            return TorchBootstrap(None)
         return LocalBootstrap()
     from mpi4py import MPI
 

@@ -304,6 +304,9 @@ def test_local_bootstrap_and_launcher_detection(monkeypatch):
     assert mc_diag.launched_by_mpi({"OMPI_COMM_WORLD_SIZE": "2"})
     assert mc_diag.launched_by_mpi({"PMI_SIZE": "2"})
     assert not mc_diag.launched_by_mpi({})
+    tr = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert mc_diag.launched_by_torchrun(tr)
+    assert not mc_diag.launched_by_torchrun({**tr, "MASTER_PORT": ""})
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3")
     assert mc_diag.choose_device(rank=7, count=2, explicit=None) == 1
     assert mc_diag.choose_device(rank=7, count=2, explicit=0) == 0
@@ -364,3 +367,26 @@ def test_two_ranks_end_to_end_over_the_memory_fake(monkeypatch):
     assert sm_bw == next(c for c in reports[1]["checks"] if c["name"] == sm_bw["name"])
     assert "cuMulticastCreate" not in fake.names()
     assert all(v == 0 for v in fake.live().values()), fake.live()
+
+
+@needs_no_gpu
+@pytest.mark.mpi
+def test_no_gpu_under_torchrun_two_ranks():
+    """torchrun instead of mpirun: the ranks still meet (torch.distributed over gloo) and
+    rank 0 reports both."""
+    env = _plain_env()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(_free_port()), str(SCRIPT)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180,
+                       cwd=str(REPO))
+    assert p.returncode != 0
+    assert p.stdout.count("no CUDA GPU") == 2, p.stdout + p.stderr
+    assert "(rank 0)" in p.stdout and "(rank 1)" in p.stdout
+    assert "Traceback" not in p.stdout
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
