@@ -20,6 +20,7 @@ out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
 [ $# -gt 0 ] || { echo "no STEP given (sweep, grid, checks, gemm1)" >&2; exit 2; }
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the steps run from the repository root
 cd "$(dirname "$0")/.."
 step() {  # name limit command...
   local name=$1 limit=$2 t0=$SECONDS; shift 2

@@ -25,10 +25,11 @@ for v in TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_N
     exit 2
   fi
 done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the steps run from the repository root
 cd "$(dirname "$0")/.."
 NP="${NP:-2}"
 PY="${PYTHON:-python3}"
-mkdir -p "$out"
 # from here on the op must run multicast or fail
 export RSAR_MULTICAST=on
 

@@ -1,0 +1,21 @@
+"""scripts/gpu_runs.sh refuses a missing or unknown step before running anything."""
+import subprocess
+
+from script_runs import REPO, plain_env
+
+SCRIPT = REPO / "scripts" / "gpu_runs.sh"
+
+
+def _run(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          env=plain_env(), cwd=cwd, timeout=30)
+
+
+def test_steps_are_checked_and_the_out_dir_is_the_callers(tmp_path):
+    r = _run(cwd=tmp_path)
+    assert r.returncode != 0 and "usage" in r.stderr
+    r = _run("out", cwd=tmp_path)
+    assert r.returncode == 2 and "no STEP given" in r.stderr
+    r = _run("out", "bogus", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown step bogus" in r.stderr
+    assert (tmp_path / "out").is_dir()  # relative to where it was called, not the repo
