@@ -279,7 +279,8 @@ class CommWarps(TileSchedule, PushCtas):
                                 ptx.bulk_wait_all()
                                 ptx.fence_proxy_async_global()
                                 ptx.fence_gpu()
-                                ptx.st_relaxed_gpu(ws + self._arrive_word(arrive_off, t, rank), stamp)
+                                ptx.st_relaxed_gpu(ws + self._arrive_word(arrive_off, t, rank),
+                                                   stamp)
                         else:
                             if signals:
                                 if cutlass.const_expr(self.tma_push):

@@ -375,18 +375,11 @@ def test_no_gpu_under_torchrun_two_ranks():
     """torchrun instead of mpirun: the ranks still meet (torch.distributed over gloo) and
     rank 0 reports both."""
     env = _plain_env()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(_free_port()), str(SCRIPT)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", str(SCRIPT)]  # standalone: the rendezvous takes a free local port
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180,
                        cwd=str(REPO))
     assert p.returncode != 0
     assert p.stdout.count("no CUDA GPU") == 2, p.stdout + p.stderr
     assert "(rank 0)" in p.stdout and "(rank 1)" in p.stdout
     assert "Traceback" not in p.stdout
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
