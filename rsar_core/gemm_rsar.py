@@ -49,6 +49,29 @@ def kernel_arch_for(capability: tuple[int, int]) -> str | None:
     return None
 
 
+class _NoBackward(torch.autograd.Function):
+    """Marks a result computed outside autograd: backward raises instead of leaving the
+    inputs' gradients silently at zero (a row-parallel backward needs an all-gather)."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        raise UnsupportedError(
+            "rsar's fused op has no backward (it is for inference): call it under "
+            "torch.no_grad() / torch.inference_mode(), or detach x and w")
+
+
+def inference_only(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``y``, or where autograd would record ``x`` / ``w`` a view of it whose backward
+    raises UnsupportedError (as a torch custom op without an autograd formula does)."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return _NoBackward.apply(y, x, w)
+    return y
+
+
 @functools.lru_cache(maxsize=None)
 def _pair_ctas(device_index: int, sm_count: int) -> int:
     """CTAs resident at once as 2x1 clusters at one CTA per SM: the GPC layout can fit
@@ -261,7 +284,8 @@ class GemmRsAr:
         ``.weight``), bfloat16, on the current stream: RS returns this rank's
         (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of it,
         (M, N), on every rank. A fresh tensor. Collective: every rank calls with the same M
-        and K. Bad input raises RsarValueError / RsarTypeError before any launch."""
+        and K. Bad input raises RsarValueError / RsarTypeError before any launch. Inference
+        only: where autograd records x or w, the result's backward raises UnsupportedError."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
@@ -272,7 +296,7 @@ class GemmRsAr:
         rows = M if self.all_reduce else plan.local_M
         y = torch.empty((rows, self.N), dtype=torch.bfloat16, device=self.device)
         self._launch(fn, x, w, y, plan)
-        return y
+        return inference_only(y, x, w)
 
     def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
                   band: int | None = None) -> torch.Tensor:
@@ -290,7 +314,7 @@ class GemmRsAr:
         plan, fn = self._plan_and_kernel(M, K, "gemm", epi_slots, band)
         y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
         self._launch(fn, x, w, y, plan)
-        return y
+        return inference_only(y, x, w)
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
                          band: int | None = None) -> tuple[TilePlan, Any]:

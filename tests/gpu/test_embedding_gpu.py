@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rsar_core import GemmRsAr, Workspace
+from rsar_core import GemmRsAr, UnsupportedError, Workspace
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 DEV = lambda: torch.device("cuda", torch.cuda.current_device())  # noqa: E731
@@ -73,6 +73,24 @@ def test_shared_workspace_rs_ar_and_two_N(comm):
     ws.close()
     with pytest.raises(Exception):
         rs(*rank_inputs(1, 0, 128, 7168, 64, DEV()))
+
+
+def test_backward_raises_where_autograd_records_the_inputs(comm):
+    """A weight that is an nn.Parameter (requires_grad) outside no_grad: the result is right
+    and its backward raises, instead of leaving the gradients silently empty."""
+    with GemmRsAr(512, 384, all_reduce=True, comm=comm) as op:
+        x, w = rank_inputs(61, op.rank, 300, op.N, 128, DEV())
+        w = torch.nn.Parameter(w)
+        y = op(x, w)
+        assert y.requires_grad
+        _check(op, seed=61, M=300, K=128, y=y.detach())
+        with pytest.raises(UnsupportedError, match="no backward"):
+            y.float().sum().backward()
+        assert w.grad is None
+        with torch.no_grad():
+            y2 = op(x, w)
+        assert not y2.requires_grad
+        _check(op, seed=61, M=300, K=128, y=y2)  # the op is usable after the refusal
 
 
 def test_two_instances_on_two_streams(comm):
