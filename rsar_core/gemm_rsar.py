@@ -51,7 +51,7 @@ def kernel_arch_for(capability: tuple[int, int]) -> str | None:
 
 class _NoBackward(torch.autograd.Function):
     """Marks a result computed outside autograd: backward raises instead of leaving the
-    inputs' gradients silently at zero (a row-parallel backward needs an all-gather)."""
+    inputs' gradients silently empty (a row-parallel backward needs an all-gather)."""
 
     @staticmethod
     def forward(ctx: Any, y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
