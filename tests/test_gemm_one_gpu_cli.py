@@ -64,3 +64,51 @@ def test_geomean_line_averages_each_column_where_it_ran():
     assert list(g) == ["default", "c1"]
     assert g["default"] == pytest.approx(1.0) and g["c1"] == pytest.approx(0.5)
     assert _module().geomeans([]) == {}
+
+
+class _FakeCuda:
+    """torch.cuda as queued_block uses it: the gate reports a dry stream ``dry`` times."""
+
+    def __init__(self, dry: int):
+        self.dry, self.sleeps, self.gates = dry, [], 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                self.timing = enable_timing
+
+            def record(self):
+                pass
+
+            def query(self):
+                fake.gates += 1
+                return fake.gates <= fake.dry
+
+            def elapsed_time(self, other):
+                return 0.01  # ms
+
+        self.Event = Event
+
+    def _sleep(self, cycles):
+        self.sleeps.append(cycles)
+
+    def synchronize(self):
+        pass
+
+
+@pytest.mark.parametrize("dry,tries", [(0, 4), (1, 4), (2, 4), (9, 4), (9, 1)])
+def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeypatch, dry,
+                                                                         tries):
+    import torch
+    mod = _module()
+    fake = _FakeCuda(dry)
+    for name in ("Event", "_sleep", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    calls = []
+    us, retried = mod.queued_block(lambda x, w: calls.append(x), [(1, 2), (3, 4)], 5,
+                                   retried=7, host_us=10.0, tries=tries)
+    blocks = min(dry, tries - 1) + 1
+    assert us == [10.0] * 5 and retried == 7 + blocks - 1
+    assert len(calls) == 5 * blocks and calls[:5] == [1, 3, 1, 3, 1]
+    # 10 us per call at 2 GHz, doubled for each block taken again
+    assert fake.sleeps == [5 * 10 * 2000 * 2 ** i for i in range(blocks)]
