@@ -168,7 +168,7 @@ class CommWarps(TileSchedule, PushCtas):
 
     @cute.jit
     def _comm_role(self, ctid, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe, sC_ptr,
-                   out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
+                   out_addr, M, N, shape, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
                    chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
                    part_off, out_off, k_tiles=None):
         epoch = Int32(0)
@@ -177,8 +177,9 @@ class CommWarps(TileSchedule, PushCtas):
             self._mark(ws, cta, trace.START, ctid == 0)
             if ctid == 0:
                 if cta == Int32(0):
-                    protocol.announce_start(ws, peer_tab, epoch, self.world, rank)
-                protocol.wait_peers_started(ws, epoch, self.world, rank, timeout_ns, err_addr)
+                    protocol.announce_start(ws, peer_tab, epoch, self.world, rank, shape)
+                protocol.wait_peers_started(ws, epoch, self.world, rank, shape, timeout_ns,
+                                            err_addr)
             self.comm_bar.arrive_and_wait()
             self._mark(ws, cta, trace.PEERS_DONE, ctid == 0)
         stamp = epoch + Int32(1)

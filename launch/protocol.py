@@ -15,18 +15,38 @@ from . import layout, ptx
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 
-# Error record (host-mapped int32[8]): what a timed-out wait reports.
+# Error record (host-mapped int32[8]): what a timed-out wait reports, or a peer that
+# started a launch with another shape (ERR_SHAPE: TILE holds the peer's shape word, KIND
+# this rank's).
 ERR_CODE, ERR_RANK, ERR_TILE, ERR_SRC, ERR_EPOCH, ERR_KIND = 0, 1, 2, 3, 4, 5
-ERR_TIMEOUT = 1
+ERR_TIMEOUT, ERR_SHAPE = 1, 2
+# A launch's shape word: M in the high 20 bits, K / 64 in the low 12 (each modulo its field)
+SHAPE_K_BITS, SHAPE_M_BITS = 12, 20
 KIND_ARRIVE, KIND_RESULT, KIND_STARTED, KIND_SK = 1, 2, 3, 4
 # Tile classes (``CommWarps._tile_class``): rows of peers only, of this rank only, of both
 TILE_FOREIGN, TILE_OWN, TILE_MIXED = 0, 1, 2
 
 
+def decode_shape(word: int) -> tuple[int, int]:
+    """(M, K) of a shape word, each modulo its field (``shape_word``)."""
+    word &= 0xFFFFFFFF
+    return word >> SHAPE_K_BITS, (word & ((1 << SHAPE_K_BITS) - 1)) * 64
+
+
 @cute.jit
-def report_timeout(err_addr: Int64, ws: Int64, rank: Int32, tile: Int32, src: Int32,
-                   epoch: Int32, kind: Int32):
-    old = ptx.atom_cas_sys(err_addr, Int32(0), Int32(ERR_TIMEOUT))
+def shape_word(M: Int32, K: Int32) -> Int32:
+    """What ``announce_start`` tells the peers of this launch: every rank must launch with
+    the same M and K (K a multiple of 64)."""
+    return (((M & Int32((1 << SHAPE_M_BITS) - 1)) << Int32(SHAPE_K_BITS))
+            | ((K >> Int32(6)) & Int32((1 << SHAPE_K_BITS) - 1)))
+
+
+@cute.jit
+def report_failure(err_addr: Int64, ws: Int64, rank: Int32, tile: Int32, src: Int32,
+                   epoch: Int32, kind: Int32, code: cutlass.Constexpr = ERR_TIMEOUT):
+    """The first report of a launch wins (``code``: ERR_TIMEOUT, or ERR_SHAPE with the two
+    shape words in ``tile`` and ``kind``); later waits of the launch give up at once."""
+    old = ptx.atom_cas_sys(err_addr, Int32(0), Int32(code))
     if old == Int32(0):
         ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_RANK), rank)
         ptx.st_relaxed_sys(err_addr + Int64(4 * ERR_TILE), tile)
@@ -55,7 +75,7 @@ def wait_stamp(addr: Int64, target: Int32, timeout_ns: Int64, err_addr: Int64, w
                 aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)
                 if aborted or (ptx.globaltimer() - t0 > timeout_ns):
                     if not aborted:
-                        report_timeout(err_addr, ws, rank, tile, src, epoch, kind)
+                        report_failure(err_addr, ws, rank, tile, src, epoch, kind)
                     pending = False
 
 
@@ -66,27 +86,55 @@ def peer_base(peer_tab: Int64, p: Int32) -> Int64:
 
 @cute.jit
 def announce_start(ws: Int64, peer_tab: Int64, epoch: Int32, world: cutlass.Constexpr,
-                   rank: Int32):
+                   rank: Int32, shape: Int32):
     """One thread of the launch, after ``griddepcontrol.wait``: tell every peer this rank has
     started launch ``epoch`` (stamp ``epoch + 1``), which it can only do once its previous
-    launch has finished, every read of its buffers included. No fence: the stamp carries no
-    data of this launch, and the previous launch's reads were complete when it ended."""
+    launch has finished, every read of its buffers included, and with what ``shape``
+    (``shape_word``), in the same 8-byte store. No fence: the stamp carries no data of this
+    launch, and the previous launch's reads were complete when it ended."""
     for p in cutlass.range_constexpr(world):
         if Int32(p) != rank:
-            ptx.st_relaxed_sys(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_STARTED)
-                               + Int64(4) * Int64(rank), epoch + Int32(1))
+            ptx.st_relaxed_sys_pair(peer_base(peer_tab, Int32(p)) + Int64(layout.CTRL_STARTED)
+                                    + Int64(8) * Int64(rank), epoch + Int32(1), shape)
 
 
 @cute.jit
 def wait_peers_started(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: Int32,
-                       timeout_ns: Int64, err_addr: Int64):
+                       shape: Int32, timeout_ns: Int64, err_addr: Int64):
     """Before the first write into a peer's memory this launch: that peer has started this
     launch (``announce_start``), so it has finished reading its buffers of the previous one.
-    The acquire keeps this rank's writes after what it saw."""
+    The acquire keeps this rank's writes after what it saw. A peer that started it with
+    another shape is reported (ERR_SHAPE) and the launch given up: its plan differs from
+    this rank's, so its tiles would meet this rank's in the wrong places."""
     for p in cutlass.range_constexpr(world):
         if Int32(p) != rank:
-            wait_stamp(ws + Int64(layout.CTRL_STARTED + 4 * p), epoch + Int32(1), timeout_ns,
-                       err_addr, ws, rank, Int32(-1), Int32(p), epoch, Int32(KIND_STARTED))
+            _wait_started(ws + Int64(layout.CTRL_STARTED + 8 * p), epoch, shape, timeout_ns,
+                          err_addr, ws, rank, Int32(p))
+
+
+@cute.jit
+def _wait_started(addr: Int64, epoch: Int32, shape: Int32, timeout_ns: Int64, err_addr: Int64,
+                  ws: Int64, rank: Int32, src: Int32):
+    """``wait_stamp`` on a (stamp, shape) pair; the shapes are compared once the stamp is this
+    launch's (a peer already past it, which no plan allows, is not compared)."""
+    target = epoch + Int32(1)
+    v, peer_shape = ptx.ld_acquire_sys_pair(addr)
+    pending = (v - target) < Int32(0)
+    if pending:
+        t0 = ptx.globaltimer()
+        while pending:
+            v, peer_shape = ptx.ld_acquire_sys_pair(addr)
+            pending = (v - target) < Int32(0)
+            if pending:
+                aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)
+                if aborted or (ptx.globaltimer() - t0 > timeout_ns):
+                    if not aborted:
+                        report_failure(err_addr, ws, rank, Int32(-1), src, epoch,
+                                       Int32(KIND_STARTED))
+                    pending = False
+                    v = target - Int32(1)  # not this launch's stamp: no shape to compare
+    if (v == target) & (peer_shape != shape):
+        report_failure(err_addr, ws, rank, peer_shape, src, epoch, shape, ERR_SHAPE)
 
 
 @cute.jit

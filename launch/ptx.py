@@ -92,6 +92,24 @@ def st_relaxed_sys(addr, val, *, loc=None, ip=None) -> None:
 
 
 @dsl_user_op
+def st_relaxed_sys_pair(addr, lo, hi, *, loc=None, ip=None) -> None:
+    """Two words in one 8-byte store (``addr`` 8-byte aligned): an 8-byte load sees both
+    or neither, which two 4-byte stores would not promise without a fence between them."""
+    _asm(None, [_v(addr, Int64, loc, ip), _v(lo, Int32, loc, ip), _v(hi, Int32, loc, ip)],
+         "{ .reg .b64 t; mov.b64 t, {$1, $2}; st.relaxed.sys.global.b64 [$0], t; }",
+         "l,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_acquire_sys_pair(addr, *, loc=None, ip=None) -> tuple:
+    """(low, high) words of one 8-byte acquire load at system scope (``st_relaxed_sys_pair``)."""
+    s = _asm(_struct(2, "i32"), [_v(addr, Int64, loc, ip)],
+             "{ .reg .b64 t; ld.acquire.sys.global.b64 t, [$2]; mov.b64 {$0, $1}, t; }",
+             "=r,=r,l,~{memory}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), s, [i], loc=loc, ip=ip)) for i in range(2))
+
+
+@dsl_user_op
 def atom_add_acq_rel_gpu(addr, val, *, loc=None, ip=None) -> Int32:
     return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
                       "atom.acq_rel.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}",

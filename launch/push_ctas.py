@@ -25,7 +25,7 @@ class PushCtas:
     tile classes and receive slots."""
 
     @cute.jit
-    def _push_role(self, ptid, cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
+    def _push_role(self, ptid, cta, num_ctas, num_tiles, tiles_m, tiles_n, shape, ws, peer_tab,
                    err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
                    arrive_off, recv_off, region_bytes, out_off):
         """A push CTA's threads (``push_ctas``; ``ptid``: 0-95 its communication threads,
@@ -36,7 +36,8 @@ class PushCtas:
         does."""
         epoch = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_EPOCH))
         if ptid == 0:  # CTA 0 computes: its communication threads announce the start
-            protocol.wait_peers_started(ws, epoch, self.world, rank, timeout_ns, err_addr)
+            protocol.wait_peers_started(ws, epoch, self.world, rank, shape, timeout_ns,
+                                        err_addr)
         self.push_bar.arrive_and_wait()
         stamp = epoch + Int32(1)
         pushers = num_ctas - chunk

@@ -308,9 +308,10 @@ class Sm100FusedKernel(CommWarps):
 
         if warp_idx >= _COMM_WARP0:
             self._comm_role(tidx - Int32(32 * _COMM_WARP0), cta, num_ctas, num_tiles, tiles_m,
-                            tiles_n, epi_pipe, sC_ptr, out_addr, M, N, ws, peer_tab, mc_base,
-                            err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
-                            arrive_off, result_off, recv_off, region_bytes, part_off, out_off)
+                            tiles_n, epi_pipe, sC_ptr, out_addr, M, N,
+                            protocol.shape_word(M, K), ws, peer_tab, mc_base, err_addr, rank,
+                            local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
+                            result_off, recv_off, region_bytes, part_off, out_off)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()

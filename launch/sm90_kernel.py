@@ -335,6 +335,7 @@ class Sm90FusedKernel(CommWarps):
         tiles_m = (M + Int32(BM - 1)) // Int32(BM)
         tiles_n = N // Int32(self.bn)
         num_tiles = tiles_m * tiles_n
+        shape = protocol.shape_word(M, K)  # the start stamp's: every rank launches the same
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -413,10 +414,10 @@ class Sm90FusedKernel(CommWarps):
                 ab_pipe.producer_tail(prod)
             else:
                 comm_args = (tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
-                             sC_ptr, out_addr, M, N, ws, peer_tab, mc_base, err_addr, rank,
+                             sC_ptr, out_addr, M, N, shape, ws, peer_tab, mc_base, err_addr, rank,
                              local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off,
                              result_off, recv_off, region_bytes, part_off, out_off, k_tiles)
-                push_args = (cta, num_ctas, num_tiles, tiles_m, tiles_n, ws, peer_tab,
+                push_args = (cta, num_ctas, num_tiles, tiles_m, tiles_n, shape, ws, peer_tab,
                              err_addr, rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
                              arrive_off, recv_off, region_bytes, out_off)
                 if cutlass.const_expr(self.push_ctas):
@@ -443,7 +444,7 @@ class Sm90FusedKernel(CommWarps):
             if cutlass.const_expr(self.push_ctas):
                 if cta >= chunk:  # a push CTA's MMA threads copy with its communication ones
                     self._push_role(tidx - 128 + Int32(_COMM_THREADS), cta, num_ctas,
-                                    num_tiles, tiles_m, tiles_n, ws, peer_tab, err_addr, rank,
+                                    num_tiles, tiles_m, tiles_n, shape, ws, peer_tab, err_addr, rank,
                                     local_M, padded_M, chunk, rounds, lag, timeout_ns,
                                     arrive_off, recv_off, region_bytes, out_off)
                 else:

@@ -1,9 +1,11 @@
 """rsar: fused GEMM + reduce-scatter / all-reduce over NVLink, one kernel launch."""
 from .errors import (
-    ClosedError, RsarError, RsarTimeoutError, RsarTypeError, RsarValueError, UnsupportedError,
+    ClosedError, RsarError, RsarTimeoutError, RsarTypeError, RsarValueError,
+    ShapeMismatchError, UnsupportedError,
 )
 from .gemm_rsar import GemmRsAr, kernel_arch_for
 from .workspace import Workspace
 
 __all__ = ["GemmRsAr", "Workspace", "kernel_arch_for", "RsarError", "RsarTimeoutError",
-           "ClosedError", "RsarValueError", "RsarTypeError", "UnsupportedError"]
+           "ShapeMismatchError", "ClosedError", "RsarValueError", "RsarTypeError",
+           "UnsupportedError"]

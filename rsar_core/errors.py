@@ -26,3 +26,22 @@ class RsarTimeoutError(RsarError, RuntimeError):
             f"rank {rank} timed out waiting for rank {src} ({what}{where}, launch {epoch}): "
             "the peer never arrived - is it alive and calling the op with the same M and K?"
         )
+
+
+class ShapeMismatchError(RsarError, RuntimeError):
+    """Two ranks started the same launch with different shapes (M or K): every rank must make
+    the same calls with the same M and K. The kernel finds it in the start stamps and gives
+    the launch up, so that call's result is wrong; the next call (or ``check()``) raises
+    this. The instance is unusable afterwards, as after a timeout: close it and build a new
+    one on every rank. M and K are as the kernel saw them (modulo 2**20 and 2**18)."""
+
+    def __init__(self, rank: int, shape: tuple[int, int], src: int,
+                 src_shape: tuple[int, int], epoch: int) -> None:
+        self.rank, self.shape, self.src, self.src_shape, self.epoch = (
+            rank, shape, src, src_shape, epoch)
+        super().__init__(
+            f"rank {rank} started launch {epoch} with M={shape[0]}, K={shape[1]} but rank "
+            f"{src} with M={src_shape[0]}, K={src_shape[1]}: every rank must call the op with "
+            "the same M and K. That call's result is wrong and the op is unusable: close it "
+            "and build a new one on every rank"
+        )

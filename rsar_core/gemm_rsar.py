@@ -17,7 +17,8 @@ from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
 from . import heuristics
-from .errors import ClosedError, RsarTimeoutError, RsarValueError, UnsupportedError
+from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
+                     UnsupportedError)
 from .validate import check_call, check_construction, check_weight, weight_of
 from .workspace import Workspace
 
@@ -430,16 +431,24 @@ class GemmRsAr:
 
     # ------------------------------------------------------------------ errors, teardown
     def check(self) -> None:
-        """Raise RsarTimeoutError if an earlier launch into this workspace timed out."""
+        """Raise RsarTimeoutError if an earlier launch into this workspace timed out, or
+        ShapeMismatchError if a peer started one with another M or K."""
         if self._broken is not None:
             raise self._broken
         if self._ws is None:
             return
         e = self._ws.err_np  # reading numpy is ~100x cheaper than indexing the tensor
-        if int(e[protocol.ERR_CODE]) == protocol.ERR_TIMEOUT:
+        code = int(e[protocol.ERR_CODE])
+        if code == protocol.ERR_TIMEOUT:
             self._broken = RsarTimeoutError(int(e[protocol.ERR_RANK]), int(e[protocol.ERR_TILE]),
                                             int(e[protocol.ERR_SRC]), int(e[protocol.ERR_EPOCH]),
                                             int(e[protocol.ERR_KIND]))
+        elif code == protocol.ERR_SHAPE:
+            self._broken = ShapeMismatchError(
+                int(e[protocol.ERR_RANK]), protocol.decode_shape(int(e[protocol.ERR_KIND])),
+                int(e[protocol.ERR_SRC]), protocol.decode_shape(int(e[protocol.ERR_TILE])),
+                int(e[protocol.ERR_EPOCH]))
+        if self._broken is not None:
             raise self._broken
 
     def _require_open(self) -> None:

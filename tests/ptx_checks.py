@@ -14,6 +14,8 @@ def assert_protocol_ptx(ptx: str, v: Any) -> None:
     assert "ld.acquire.sys" in ptx and "%globaltimer" in ptx
     # stamps are relaxed stores after a system fence (a release pattern that fences once)
     assert "fence.acq_rel.sys" in ptx and "st.relaxed.sys" in ptx and "st.release.sys" not in ptx
+    # the start stamp and the launch's shape travel in one 8-byte store and load
+    assert "st.relaxed.sys.global.b64" in ptx and "ld.acquire.sys.global.b64" in ptx
     if v.transport == "multicast":
         assert "multimem.ld_reduce" in ptx
         if v.mode == "ar":

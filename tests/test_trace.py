@@ -15,7 +15,8 @@ def test_events_fit_and_have_unique_slots():
     # the region sits between CTRL's words and the first stamp array
     assert layout.TRACE_OFF >= layout.CTRL_DONE + 4 * layout.MAX_WORLD
     assert layout.CTRL_STARTED >= layout.CTRL_DONE + 4 * layout.MAX_WORLD
-    assert layout.TRACE_OFF >= layout.CTRL_STARTED + 4 * layout.MAX_WORLD
+    assert layout.TRACE_OFF >= layout.CTRL_STARTED + 8 * layout.MAX_WORLD
+    assert layout.CTRL_STARTED % 8 == 0  # 8-byte (stamp, shape) pairs
     lay = layout.WorkspaceLayout.build(256, 1024, 2)
     assert lay.arrive_off >= layout.TRACE_OFF + layout.TRACE_BYTES
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 
 import pytest
 import torch
 
-from rsar_core import GemmRsAr, RsarTimeoutError
+from rsar_core import GemmRsAr, RsarTimeoutError, ShapeMismatchError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 from gpu_ops import MAX_M, get_op
@@ -693,6 +694,34 @@ def test_timeout_names_rank_and_tile(comm):
             assert ei.value.rank == 0 and ei.value.src == 1
             assert ei.value.kind == 3 and ei.value.tile == -1
             assert "rank 1 (start of this launch, launch 0)" in str(ei.value)
+        comm.Barrier()
+    finally:
+        op.close()
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("shapes", [((1000, 512), (1010, 512)), ((300, 1024), (300, 960))],
+                         ids=["M", "K"])
+def test_ranks_calling_with_other_shapes_are_named(comm, ar, shapes):
+    """Rank 1 calls with another M (same tile rows, so the plans alone do not differ) or
+    another K: each rank's launch finishes, well inside the time limit, and both name the
+    two shapes; the op then stays broken."""
+    op = GemmRsAr(max_M=1024, N=384, all_reduce=ar, comm=comm, timeout_s=5.0)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    try:
+        mine, theirs = shapes[op.rank], shapes[1 - op.rank]
+        x, w = rank_inputs(5, op.rank, mine[0], op.N, mine[1], dev)
+        t0 = time.perf_counter()
+        op(x, w)
+        torch.cuda.synchronize()
+        assert time.perf_counter() - t0 < 2.0
+        with pytest.raises(ShapeMismatchError) as ei:
+            op.check()
+        e = ei.value
+        assert (e.rank, e.src, e.shape, e.src_shape) == (op.rank, 1 - op.rank, mine, theirs)
+        assert f"M={mine[0]}, K={mine[1]} but rank {1 - op.rank} with M={theirs[0]}" in str(e)
+        with pytest.raises(ShapeMismatchError):
+            op(x, w)
         comm.Barrier()
     finally:
         op.close()
