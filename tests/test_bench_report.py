@@ -91,3 +91,41 @@ def test_knob_wrapper_sets_then_restores_even_on_error():
     with pytest.raises(ValueError):
         bench._with(op, boom, force_bn=128)(None, None)
     assert op.force_bn is None
+
+
+class _Comm:
+    """Two ranks seen from one: ``other_dry`` is what the other rank reports per block."""
+
+    def __init__(self, other_dry: list[bool]):
+        self.other_dry, self.barriers = list(other_dry), 0
+
+    def allgather(self, mine):
+        return [mine, self.other_dry.pop(0) if self.other_dry else False]
+
+    def Barrier(self):
+        self.barriers += 1
+
+
+@pytest.mark.parametrize("mine,other,blocks", [(0, [], 1), (1, [], 2), (0, [True], 2),
+                                               (9, [], 4)])
+def test_a_block_is_taken_again_on_both_ranks_when_either_ran_dry(mine, other, blocks):
+    import types
+    from fake_cuda import FakeCuda
+    b = object.__new__(bench.Bench)
+    fake = FakeCuda(mine)
+    b.torch, b.comm, b.retried = types.SimpleNamespace(cuda=fake), _Comm(other), 5
+    calls = []
+    ms = b.samples(lambda x: calls.append(x), [(1,), (2,)], 3, warmup=2, first=1)
+    assert ms == [0.01] * 3 and b.retried == 5 + blocks - 1
+    assert calls == [1, 2] + [2, 1, 2] * blocks  # the warm-up, then each block
+    assert fake.sleeps == [b.sleep_cycles(3) << i for i in range(blocks)]
+
+
+def test_calls_that_block_the_host_are_timed_once_without_a_sleep():
+    import types
+    from fake_cuda import FakeCuda
+    b = object.__new__(bench.Bench)
+    fake = FakeCuda(9)
+    b.torch, b.comm, b.retried = types.SimpleNamespace(cuda=fake), _Comm([]), 0
+    assert b.samples(lambda x: None, [(1,)], 2, warmup=0, queued=False) == [0.01] * 2
+    assert fake.sleeps == [] and b.retried == 0

@@ -2,6 +2,7 @@
 column name maps to the plan and kernel variant it stands for."""
 import pytest
 
+from fake_cuda import FakeCuda
 from script_runs import load_script, run_script
 
 
@@ -66,42 +67,12 @@ def test_geomean_line_averages_each_column_where_it_ran():
     assert _module().geomeans([]) == {}
 
 
-class _FakeCuda:
-    """torch.cuda as queued_block uses it: the gate reports a dry stream ``dry`` times."""
-
-    def __init__(self, dry: int):
-        self.dry, self.sleeps, self.gates = dry, [], 0
-        fake = self
-
-        class Event:
-            def __init__(self, enable_timing: bool = False):
-                self.timing = enable_timing
-
-            def record(self):
-                pass
-
-            def query(self):
-                fake.gates += 1
-                return fake.gates <= fake.dry
-
-            def elapsed_time(self, other):
-                return 0.01  # ms
-
-        self.Event = Event
-
-    def _sleep(self, cycles):
-        self.sleeps.append(cycles)
-
-    def synchronize(self):
-        pass
-
-
 @pytest.mark.parametrize("dry,tries", [(0, 4), (1, 4), (2, 4), (9, 4), (9, 1)])
 def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeypatch, dry,
                                                                          tries):
     import torch
     mod = _module()
-    fake = _FakeCuda(dry)
+    fake = FakeCuda(dry)
     for name in ("Event", "_sleep", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     calls = []
