@@ -444,8 +444,8 @@ class Sm90FusedKernel(CommWarps):
             if cutlass.const_expr(self.push_ctas):
                 if cta >= chunk:  # a push CTA's MMA threads copy with its communication ones
                     self._push_role(tidx - 128 + Int32(_COMM_THREADS), cta, num_ctas,
-                                    num_tiles, tiles_m, tiles_n, shape, ws, peer_tab, err_addr, rank,
-                                    local_M, padded_M, chunk, rounds, lag, timeout_ns,
+                                    num_tiles, tiles_m, tiles_n, shape, ws, peer_tab, err_addr,
+                                    rank, local_M, padded_M, chunk, rounds, lag, timeout_ns,
                                     arrive_off, recv_off, region_bytes, out_off)
                 else:
                     self._mma_role(*mma_args)
