@@ -60,16 +60,18 @@ def report_failure(err_addr: Int64, ws: Int64, rank: Int32, tile: Int32, src: In
 @cute.jit
 def wait_stamp(addr: Int64, target: Int32, timeout_ns: Int64, err_addr: Int64, ws: Int64,
                rank: Int32, tile: Int32, src: Int32, epoch: Int32, kind: Int32,
-               local: cutlass.Constexpr = False):
+               local: cutlass.Constexpr = False, paired: cutlass.Constexpr = False):
     """Spin until the stamp at ``addr`` reaches ``target`` (wrap-safe), or time out.
-    ``local``: the stamp comes from another SM of this GPU (GPU-scope acquire)."""
-    acquire = ptx.ld_acquire_gpu if local else ptx.ld_acquire_sys
-    v = acquire(addr)
+    ``local``: the stamp comes from another SM of this GPU (GPU-scope acquire). ``paired``:
+    the stamp is the low word of an 8-byte (stamp, word) pair (``st_relaxed_sys_pair``).
+    Returns the stamp last read (``target - 1`` when the wait gave up) and the word beside
+    it (0 unless ``paired``)."""
+    v, beside = _load_stamp(addr, local, paired)
     pending = (v - target) < Int32(0)
     if pending:
         t0 = ptx.globaltimer()
         while pending:
-            v = acquire(addr)
+            v, beside = _load_stamp(addr, local, paired)
             pending = (v - target) < Int32(0)
             if pending:
                 aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)
@@ -77,6 +79,17 @@ def wait_stamp(addr: Int64, target: Int32, timeout_ns: Int64, err_addr: Int64, w
                     if not aborted:
                         report_failure(err_addr, ws, rank, tile, src, epoch, kind)
                     pending = False
+                    v = target - Int32(1)
+    return v, beside
+
+
+@cute.jit
+def _load_stamp(addr: Int64, local: cutlass.Constexpr, paired: cutlass.Constexpr):
+    if cutlass.const_expr(paired):
+        return ptx.ld_acquire_sys_pair(addr)
+    if cutlass.const_expr(local):
+        return ptx.ld_acquire_gpu(addr), Int32(0)
+    return ptx.ld_acquire_sys(addr), Int32(0)
 
 
 @cute.jit
@@ -115,24 +128,11 @@ def wait_peers_started(ws: Int64, epoch: Int32, world: cutlass.Constexpr, rank: 
 @cute.jit
 def _wait_started(addr: Int64, epoch: Int32, shape: Int32, timeout_ns: Int64, err_addr: Int64,
                   ws: Int64, rank: Int32, src: Int32):
-    """``wait_stamp`` on a (stamp, shape) pair; the shapes are compared once the stamp is this
-    launch's (a peer already past it, which no plan allows, is not compared)."""
+    """The wait for a peer's (stamp, shape) pair; the shapes are compared once the stamp is
+    this launch's (a peer already past it, which no plan allows, is not compared)."""
     target = epoch + Int32(1)
-    v, peer_shape = ptx.ld_acquire_sys_pair(addr)
-    pending = (v - target) < Int32(0)
-    if pending:
-        t0 = ptx.globaltimer()
-        while pending:
-            v, peer_shape = ptx.ld_acquire_sys_pair(addr)
-            pending = (v - target) < Int32(0)
-            if pending:
-                aborted = ptx.ld_relaxed_gpu(ws + Int64(layout.CTRL_ABORT)) != Int32(0)
-                if aborted or (ptx.globaltimer() - t0 > timeout_ns):
-                    if not aborted:
-                        report_failure(err_addr, ws, rank, Int32(-1), src, epoch,
-                                       Int32(KIND_STARTED))
-                    pending = False
-                    v = target - Int32(1)  # not this launch's stamp: no shape to compare
+    v, peer_shape = wait_stamp(addr, target, timeout_ns, err_addr, ws, rank, Int32(-1), src,
+                               epoch, Int32(KIND_STARTED), paired=True)
     if (v == target) & (peer_shape != shape):
         report_failure(err_addr, ws, rank, peer_shape, src, epoch, shape, ERR_SHAPE)
 
