@@ -150,8 +150,8 @@ class Bench:
                 ends[i].record()
             dry = queued and gate.query()
             torch.cuda.synchronize()
-            if not any(self.comm.allgather(dry)) or attempt == 3:
-                break
+            if not queued or attempt == 3 or not any(self.comm.allgather(dry)):
+                break  # the same attempt on every rank, so they agree on the allgather
             self.retried += 1
             self.comm.Barrier()
         return [a.elapsed_time(b) for a, b in zip(starts, ends)]

@@ -97,9 +97,10 @@ class _Comm:
     """Two ranks seen from one: ``other_dry`` is what the other rank reports per block."""
 
     def __init__(self, other_dry: list[bool]):
-        self.other_dry, self.barriers = list(other_dry), 0
+        self.other_dry, self.barriers, self.allgathers = list(other_dry), 0, 0
 
     def allgather(self, mine):
+        self.allgathers += 1
         return [mine, self.other_dry.pop(0) if self.other_dry else False]
 
     def Barrier(self):
@@ -129,3 +130,4 @@ def test_calls_that_block_the_host_are_timed_once_without_a_sleep():
     b.torch, b.comm, b.retried = types.SimpleNamespace(cuda=fake), _Comm([]), 0
     assert b.samples(lambda x: None, [(1,)], 2, warmup=0, queued=False) == [0.01] * 2
     assert fake.sleeps == [] and b.retried == 0
+    assert b.comm.allgathers == 0  # nothing to agree on
