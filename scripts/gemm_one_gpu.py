@@ -105,10 +105,10 @@ def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
     return run
 
 
-def queued_block(fn: Any, sets: list, iters: int, retried: int = 0,
-                 host_us: float = 50.0, tries: int = 4) -> tuple[list[float], int]:
+def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
+                 tries: int = 4) -> tuple[list[float], int]:
     """Microseconds of each of ``iters`` calls of ``fn``, queued behind a GPU sleep so that
-    each event pair brackets GPU work only; and ``retried`` plus the blocks taken again.
+    each event pair brackets GPU work only; and how many times the block was taken again.
 
     The sleep lasts ``host_us`` per call. If the GPU ends it before the host has queued the
     last call, the stream ran dry and some pairs hold host launch gaps: the block is taken
@@ -129,8 +129,7 @@ def queued_block(fn: Any, sets: list, iters: int, retried: int = 0,
         torch.cuda.synchronize()
         if not ran_dry or attempt == tries - 1:
             break
-        retried += 1
-    return [ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3 for i in range(iters)], retried
+    return [ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3 for i in range(iters)], attempt
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -210,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, fn in cols.items():
                 for i in range(3):
                     fn(*sets[i % nsets])
-                us_calls, retried[name] = queued_block(fn, sets, a.iters, retried[name])
+                us_calls, again = queued_block(fn, sets, a.iters)
                 times[name] += us_calls
+                retried[name] += again
         us = {k: statistics.median(v) for k, v in times.items()}
         rows.append({"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped,
                      "retried": {k: n for k, n in retried.items() if n}})

@@ -76,10 +76,10 @@ def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeyp
     for name in ("Event", "_sleep", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     calls = []
-    us, retried = mod.queued_block(lambda x, w: calls.append(x), [(1, 2), (3, 4)], 5,
-                                   retried=7, host_us=10.0, tries=tries)
+    us, again = mod.queued_block(lambda x, w: calls.append(x), [(1, 2), (3, 4)], 5,
+                                 host_us=10.0, tries=tries)
     blocks = min(dry, tries - 1) + 1
-    assert us == [10.0] * 5 and retried == 7 + blocks - 1
+    assert us == [10.0] * 5 and again == blocks - 1
     assert len(calls) == 5 * blocks and calls[:5] == [1, 3, 1, 3, 1]
     # 10 us per call at 2 GHz, doubled for each block taken again
     assert fake.sleeps == [5 * 10 * 2000 * 2 ** i for i in range(blocks)]
