@@ -366,12 +366,23 @@ class CommWarps(TileSchedule, PushCtas):
         return c, m0 + row, sub_off, col, smem_off
 
     @cute.jit
+    def _inside_n(self, e: cutlass.Constexpr, tn, N):
+        """Whether sub-tile e of tile column tn lies wholly inside N's columns: only a partial
+        last tile column (``launch.plan.PARTIAL_NS``) has sub-tiles that do not. Columns past
+        N hold the product of w's zero fill; they travel in the workspace with their tile
+        and are never stored to the output."""
+        return tn * Int32(self.bn) + Int32((e + 1) * EPI_N) <= N
+
+    @cute.jit
     def _copy_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tn, m0, rows_end, ws, part_off,
                   out_addr, N):
         """Plain GEMM: the sub-tile to the output; multicast: to this rank's partial buffer."""
         for j in cutlass.range_constexpr(_CHUNK_ITERS):
             c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-            if (c < Int32(_SUB_CHUNKS)) & (grow < rows_end):
+            keep = (c < Int32(_SUB_CHUNKS)) & (grow < rows_end)
+            if cutlass.const_expr(not self.comm):
+                keep = keep & (col < N)
+            if keep:
                 v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
                 if cutlass.const_expr(self.comm):
                     ptx.st_v4(ws + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off, v0, v1, v2, v3)
@@ -473,7 +484,7 @@ class CommWarps(TileSchedule, PushCtas):
         # wgmma (C7520) once the straight-line copy was in. AR owns whole tiles, RS rows.
         whole = False
         if cutlass.const_expr(self.tma_push):
-            whole = m0 + Int32(BM) <= rows_end
+            whole = (m0 + Int32(BM) <= rows_end) & self._inside_n(e, tn, N)
             if cutlass.const_expr(self.mode == "rs"):
                 whole = whole & (m0 // local_M == rank) & ((m0 + Int32(BM - 1)) // local_M == rank)
         if whole:
@@ -531,9 +542,9 @@ class CommWarps(TileSchedule, PushCtas):
                         peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
             for jj in cutlass.range_constexpr(len(geo)):
                 live, grow, sub_off, col, smem_off = geo[jj]
-                mine = True  # every row of a whole sub-tile is this rank's
+                mine = True  # every row of a whole sub-tile is this rank's, every column real
                 if cutlass.const_expr(not whole):
-                    mine = grow < rows_end
+                    mine = (grow < rows_end) & (col < N)
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                 if live & mine:
@@ -650,7 +661,7 @@ class CommWarps(TileSchedule, PushCtas):
             if cutlass.const_expr(self.multicast):
                 for j in cutlass.range_constexpr(_CHUNK_ITERS):
                     c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-                    mine = (c < Int32(_SUB_CHUNKS)) & (grow < rows_end)
+                    mine = (c < Int32(_SUB_CHUNKS)) & (grow < rows_end) & (col < N)
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                     if mine:
@@ -746,7 +757,7 @@ class CommWarps(TileSchedule, PushCtas):
                     vals.append(self._ld_if(c < Int32(_SUB_CHUNKS), base + sub_off, False))
             for j in cutlass.range_constexpr(_CHUNK_ITERS):
                 c, grow, col = geo[j]
-                if (c < Int32(_SUB_CHUNKS)) & (grow < M):
+                if (c < Int32(_SUB_CHUNKS)) & (grow < M) & (col < N):
                     v = vals[j]
                     ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2),
                               v[0], v[1], v[2], v[3])

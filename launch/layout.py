@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots
+from .plan import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots, padded_n
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -59,16 +59,18 @@ class WorkspaceLayout:
 
     @staticmethod
     def build(max_M: int, N: int, world: int, transport: str = "unicast") -> "WorkspaceLayout":
-        max_tiles = ceil_div(max_M, BM) * (N // min(TILE_NS))  # the narrowest tile, the most
+        max_tiles = ceil_div(max_M, BM) * ceil_div(N, min(TILE_NS))  # the narrowest, the most
+        # tile-indexed buffers hold whole tiles: a partial last tile column's too
+        n_tiles = padded_n(N)
         # one split-K slot per lane that can store a piece (at most one a launch); a lane
         # below the unit count, so at any width no more than one fp32 copy of the rows
-        sk_bytes = min(SK_CTAS * BM * min(max(TILE_NS), N), ceil_div(max_M, BM) * BM * N) * 4
+        sk_bytes = min(SK_CTAS * BM * max(TILE_NS), ceil_div(max_M, BM) * BM * n_tiles) * 4
         off = _up(SK_SLOTS_OFF + sk_bytes)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)
         result_off = off
         off = _up(off + 4 * max_tiles)
-        rows_bytes = ceil_div(max_M, BM) * BM * N * 2  # every tile of the largest call
+        rows_bytes = ceil_div(max_M, BM) * BM * n_tiles * 2  # every tile of the largest call
         region = max(max_recv_slots(max_M, N, world, bn) * BM * bn * 2 for bn in TILE_NS)
         recv_off = part_off = 0
         if transport == "unicast":

@@ -117,9 +117,18 @@ BM = 128
 BK = 64
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
-# Tile widths a kernel may run: sm90 64 / 128 / 224 / 256 (64 from the small-M rules, 224
-# where it divides N), sm100 128 / 256. Workspaces are sized for every one of them.
-TILE_NS = (64, 128, 224, 256)
+# Tile widths a kernel may run: sm90 64 / 128 / 160 / 192 / 224 / 256 (64 from the small-M
+# rules; 160 / 192 only where no width of ``FULL_NS`` divides N), sm100 128 / 256. Workspaces
+# are sized for every one of them.
+TILE_NS = (64, 128, 160, 192, 224, 256)
+# The widths the plan rules were measured with (docs/PERF.md (a)-(r)): where one of them
+# divides N, only those run, every tile whole. Elsewhere (N not a multiple of 128) sm90 plans
+# take any width of ``PARTIAL_NS`` with a partial last tile column: its columns past N are
+# computed on the TMA's zero fill of w and never stored (``CommWarps._chunk_geom``).
+FULL_NS = (256, 224, 128)
+PARTIAL_NS = (256, 224, 192, 160, 128)
+# Output rows are 16-byte aligned (TMA, 16-B stores): N a multiple of 8
+N_ALIGN = 8
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
 MAX_BAND = 255
@@ -155,7 +164,23 @@ def choose_sm100(M: int, N: int, K: int) -> tuple[int, int]:
 
 # Time per output column of a tile width against BN=256 at the same tiles per SM (GEMM alone,
 # 2x H200, docs/PERF.md (d)): narrower tiles reload x's tile for fewer columns.
-TILE_COST = {256: 1.0, 224: 1.03, 128: 1.18}
+# 160 / 192: the GEMM alone on one H200 at M 576-1088 (docs/PERF.md (y)), 1-CTA tiles.
+TILE_COST = {256: 1.0, 224: 1.03, 192: 1.06, 160: 1.12, 128: 1.18}
+
+
+def tile_widths(N: int, arch: str = "sm_90a") -> tuple[int, ...]:
+    """The widths, widest first, a plan of nothing forced chooses from (``FULL_NS``,
+    ``PARTIAL_NS``); none where an sm100 plan would need a partial tile."""
+    whole = tuple(b for b in FULL_NS if N % b == 0)
+    if whole or arch in BLACKWELL:
+        return whole
+    return tuple(b for b in PARTIAL_NS if b <= max(N, BM))  # no tile wider than N but 128
+
+
+def padded_n(N: int) -> int:
+    """Columns the widest tile row of any width covers: what a tile-indexed workspace
+    buffer holds per row."""
+    return max(ceil_div(N, b) * b for b in TILE_NS)
 
 
 def lane_cost(plan: "TilePlan") -> float:
@@ -181,7 +206,7 @@ def choose_gemm_width(M: int, N: int, sm_count: int) -> int | None:
     they fit one wave, else None (the width of least ``lane_cost``): at M=128, N=7168 the
     128-wide tiles that model picks fill 56 of 132 SMs. Measured on 2x H200 (docs/PERF.md
     (i), N 7168 and 8192, K 1024-9216): 13-23% faster at M=128, 7-45% slower from M=256."""
-    return 64 if M <= BM and N % 64 == 0 and N // 64 <= sm_count else None
+    return 64 if M <= BM and ceil_div(N, 64) <= sm_count else None
 
 
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
@@ -627,9 +652,7 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     0.94-0.99x, 256 x 4096 0.72-0.79x -> 0.86-0.90x (64-wide tiles on 128 SMs instead of
     128-wide pairs on 64); the grid's powers of two keep their plans."""
     best = None
-    for b in (256, 224, 128, 64):
-        if pair.N % b:
-            continue
+    for b in (*tile_widths(pair.N), 64):
         try:
             p = _make_plan(pair.M, pair.N, pair.K, pair.world, pair.sm_count, "gemm",
                            arch="sm_90a", bn=b, cta_group=1, pair_ctas=pair_ctas, lag=None,
@@ -701,7 +724,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         bn0, cg0 = choose_gemm_width(M, N, sm_count), choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first, along_n = choose_small_m(M, K, mode)
-        if along_n and N % (2 * bn0) == 0:  # an even number of tile columns to pair
+        if along_n and ceil_div(N, bn0) % 2 == 0:  # an even number of tile columns to pair
             return _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0, cta_group=2,
                               pair_ctas=pair_ctas, lag=None, rotate=False, peers_first=False,
                               pair_n=True)
@@ -725,18 +748,16 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if bn is None and bn0 is None:
         # sm90: the tile width whose last wave costs least (``lane_cost``), widest on a tie
         options, splits, refused = [], [], None
-        for b in (256, 224, 128):
-            if N % b == 0:
-                try:
-                    options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
-                                              cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
-                                              rotate=rotate, peers_first=peers_first,
-                                              pair_n=pair_n, flat=flat,
-                                              split_row=bool(split_row)))
-                except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
-                    refused = e
+        for b in tile_widths(N, arch):
+            try:
+                options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
+                                          cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
+                                          rotate=rotate, peers_first=peers_first,
+                                          pair_n=pair_n, flat=flat, split_row=bool(split_row)))
+            except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
+                refused = e
         if not options:
-            raise refused or ValueError(f"no sm90 tile width divides N={N}")
+            raise refused or ValueError(f"no tile width of {arch} fits N={N}")
         if split_row is None:
             splits = [_split_row(p, sm_count, lag) for p in options if p.can_split_row]
         if mode != "gemm":
@@ -752,8 +773,11 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
             return split
         return best
     bn = bn0 if bn is None else bn
-    if bn not in TILE_NS or N % bn:
-        raise ValueError(f"BN must be one of {TILE_NS} and divide N={N}, got {bn}")
+    if bn not in TILE_NS:
+        raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
+    if N % N_ALIGN or (N % bn and arch in BLACKWELL):
+        raise ValueError(f"N={N}: {arch} plans need N a multiple of "
+                         f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group == 2:
@@ -762,7 +786,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
         return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
     tiles_m = ceil_div(M, BM)
-    tiles_n = N // bn
+    tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
     padded_M = ceil_div(M, world) * world
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
@@ -821,7 +845,7 @@ def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode:
         raise ValueError(f"push-all plans reduce every tile at the end of the launch; they "
                          f"run up to M={PUSH_ALL_MAX_M}, got M={M}")
     if bn is None:
-        fits = N % 64 == 0 and ceil_div(M, BM) * (N // 64) <= sm_count
+        fits = ceil_div(M, BM) * ceil_div(N, 64) <= sm_count
         bn = 64 if fits else None
     flat = _make_plan(M, N, K, world, sm_count, "gemm", arch=arch, bn=bn, cta_group=1,
                       pair_ctas=None, lag=None, rotate=False, peers_first=False)
@@ -845,7 +869,7 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
     along N also the peers-first order, where ``pairs_whole``."""
     tiles_m = ceil_div(M, BM)
-    tiles_n = N // bn
+    tiles_n = ceil_div(N, bn)
     if pair_n and tiles_n % 2:
         raise ValueError(f"pairs along N need an even number of tile columns; N={N} has "
                          f"{tiles_n} of {bn}")
@@ -882,7 +906,7 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
 
 def max_recv_slots(max_M: int, N: int, world: int, bn: int) -> int:
     """Upper bound of the tiles one owner receives from one peer, over every M <= max_M."""
-    tiles_n = N // bn
+    tiles_n = ceil_div(N, bn)
     rs = (ceil_div(ceil_div(max_M, world), BM) + 1) * tiles_n
     ar = ceil_div(ceil_div(max_M, BM) * tiles_n, world)
     # push-all AR (world 2): every tile, in slot t

@@ -258,7 +258,7 @@ class Sm90FusedKernel(CommWarps):
     ):
         self._layouts()
         K = cute.assume(K, divby=BK)
-        N = cute.assume(N, divby=128)
+        N = cute.assume(N, divby=8)  # plan.N_ALIGN: rows of 16 bytes
         a_ptr = cute.make_ptr(BF16, x_addr, cute.AddressSpace.gmem, assumed_align=16)
         b_ptr = cute.make_ptr(BF16, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
@@ -333,7 +333,7 @@ class Sm90FusedKernel(CommWarps):
         b_mask = pair_mask if self.mc_b > 1 else 0
 
         tiles_m = (M + Int32(BM - 1)) // Int32(BM)
-        tiles_n = N // Int32(self.bn)
+        tiles_n = (N + Int32(self.bn - 1)) // Int32(self.bn)
         num_tiles = tiles_m * tiles_n
         shape = protocol.shape_word(M, K)  # the start stamp's: every rank launches the same
 

@@ -19,7 +19,7 @@ from multicast.bootstrap import make_bootstrap
 from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
-from .validate import check_call, check_construction, check_weight, weight_of
+from .validate import check_arch_width, check_call, check_construction, check_weight, weight_of
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -133,6 +133,7 @@ class GemmRsAr:
         self.mode = "ar" if self.all_reduce else "rs"
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.arch = _arch_of(self.device)
+        check_arch_width(N, self.arch)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self._set_default_knobs()

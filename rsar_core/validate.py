@@ -5,10 +5,13 @@ from typing import Any
 
 import torch
 
-from .errors import RsarTypeError, RsarValueError
+from launch.plan import BLACKWELL, N_ALIGN
+
+from .errors import RsarTypeError, RsarValueError, UnsupportedError
 
 MAX_WORLD = 16
 K_ALIGN = 64
+SM100_N_ALIGN = 128
 # Lets ranks share a GPU (check_one_gpu_per_rank): functional tests on a one-GPU host.
 SHARED_GPU_ENV = "RSAR_ALLOW_SHARED_GPU"
 
@@ -25,8 +28,17 @@ def check_construction(max_M: int, N: int, world: int) -> None:
         raise RsarValueError(f"128 must be divisible by the world size, got world={world}")
     if max_M < 128:
         raise RsarValueError(f"max_M must be >= 128, got {max_M}")
-    if N <= 0 or N % 128:
-        raise RsarValueError(f"N must be a positive multiple of 128, got {N}")
+    if N <= 0 or N % N_ALIGN:
+        raise RsarValueError(f"N must be a positive multiple of {N_ALIGN} (16-byte output "
+                             f"rows), got {N}")
+
+
+def check_arch_width(N: int, arch: str | None) -> None:
+    """Blackwell's kernel runs whole tiles only (sm90 plans take a partial last tile
+    column): N a multiple of 128 there."""
+    if arch in BLACKWELL and N % SM100_N_ALIGN:
+        raise UnsupportedError(f"N={N}: the {arch} kernel needs N a multiple of "
+                               f"{SM100_N_ALIGN} (partial tiles at N's edge are sm90's so far)")
 
 
 def check_one_gpu_per_rank(gpus: list[str], allow_shared: bool = False) -> str | None:

@@ -30,7 +30,8 @@ def variants(arch: str, world: int, transports: list[str],
              sm_counts: tuple[int, ...] = (132,)) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, K from
     64 to 16 Ki and N from 128 to 10 Ki (the tile widths, tile-row counts and round counts
-    the plan rules distinguish; tests/test_precompile.py samples beyond them) (push-all AR
+    the plan rules distinguish, and N that end on a partial tile; tests/test_precompile.py
+    samples beyond them) (push-all AR
     plans where the transport runs them; programmatic dependent launch on sm90, the
     sub-tile-ahead loads of world-2 unicast reductions, AR's early result copies and
     one-sub-tile push windows, as
@@ -42,13 +43,18 @@ def variants(arch: str, world: int, transports: list[str],
     from dataclasses import astuple
 
     from launch.cache import default_plan, default_variant
+    from launch.plan import BLACKWELL
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
                 | set(range(64, 4097, 64)) | {129, 1000})
     for M in Ms:
         for K in (64, 512, 1024, 2048, 4096, 8192, 9216, 13056, 16384):
-            for N in (128, 384, 896, 1792, 2048, 3584, 4096, 5376, 7168, 8192, 8960, 10240):
+            # the N no 128-wide tile divides take 160- / 192-wide and partial tiles too
+            for N in (128, 384, 896, 1792, 2048, 3584, 4096, 5376, 7168, 8192, 8960, 10240,
+                      192, 200, 800, 1000, 2480, 2880, 4040, 4768, 6000, 8632):
+                if N % 128 and arch in BLACKWELL:
+                    continue
                 for mode in ("rs", "ar", "gemm"):
                     for tr in transports:
                         if mode == "gemm" and tr == "multicast":

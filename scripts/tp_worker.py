@@ -58,7 +58,7 @@ EXIT_CANNOT_RUN = 2
 TOL = 2e-2
 PREFIX = "rsar tp_worker:"
 HINT = "run scripts/mc_diag.py for details"
-N_ALIGN = 128   # GemmRsAr: N (= hidden) must be a multiple of 128
+N_ALIGN = 8     # GemmRsAr: N (= hidden) must be a multiple of 8 (sm90; 128 on sm100)
 K_ALIGN = 64    # GemmRsAr: K (= intermediate / world) must be a multiple of 64
 MIN_MAX_M = 128  # GemmRsAr: max_M >= 128
 # Compute capabilities rsar has a kernel for (GemmRsAr's arch table): sm_90a, sm_100a.

@@ -36,3 +36,19 @@ def test_every_refusal_of_the_public_api_is_an_rsar_error(monkeypatch):
     assert gemm_rsar.timeout_from_env() == 0.5
     monkeypatch.delenv("RSAR_TIMEOUT_S")
     assert gemm_rsar.timeout_from_env() == gemm_rsar.DEFAULT_TIMEOUT_S
+
+
+def test_n_needs_16_byte_rows_and_blackwell_whole_tiles():
+    """sm90 runs any N of 16-byte rows (a partial last tile column where no tile width
+    divides it); the sm100 kernel runs whole tiles only, so it refuses N off 128 by name."""
+    import rsar_core
+    from rsar_core import validate
+    for N in (8, 200, 1000, 2880, 7168):
+        validate.check_construction(256, N, 2)
+    for N in (0, 4, 2884, -128):
+        with pytest.raises(rsar_core.RsarValueError, match="multiple of 8"):
+            validate.check_construction(256, N, 2)
+    validate.check_arch_width(2880, "sm_90a")
+    validate.check_arch_width(7168, "sm_100a")
+    with pytest.raises(rsar_core.UnsupportedError, match="sm_100a kernel needs N a multiple of 128"):
+        validate.check_arch_width(2880, "sm_100a")

@@ -5,13 +5,16 @@ import itertools
 
 import pytest
 
-from launch.plan import BM, make_plan, max_recv_slots
+from launch.plan import BM, FULL_NS, PARTIAL_NS, make_plan, max_recv_slots, tile_widths
 
 WORLDS = [2, 4, 8, 16]
+# N no width of FULL_NS divides: sm90 plans end each tile row on a partial tile (2880: the
+# hidden size of a model family; 1000: not even a multiple of 32)
+PARTIAL_N = (2880, 1000)
 MS = [1, 2, 7, 127, 128, 129, 200, 255, 1000, 1023, 2048, 4095, 8191, 8192]
 
 
-def _plans(mode, Ns=(128, 384, 7168)):
+def _plans(mode, Ns=(128, 384, 7168, *PARTIAL_N)):
     """Round-order plans (the small-M choice of the peers-first order has its own tests)."""
     for world, M, N in itertools.product(WORLDS, MS, Ns):
         yield make_plan(M, N, 1024, world, 132, mode, peers_first=False)
@@ -25,7 +28,8 @@ def test_plan_is_pure_and_bounded():
         assert p.chunk <= max(p.list_len(o) for o in range(p.world))
         assert p.tiles_m * BM >= p.padded_M >= p.M
         assert p.padded_M % p.world == 0 and p.padded_M - p.M < p.world
-        assert p.N % p.bn == 0
+        assert (p.tiles_n - 1) * p.bn < p.N <= p.tiles_n * p.bn
+        assert p.N % p.bn == 0 or p.N % 128  # partial tiles only where no FULL_NS width fits
 
 
 def test_bn_choice():
@@ -117,7 +121,7 @@ def test_rs_every_row_has_one_owner_and_tiles_span_owners(world):
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 @pytest.mark.parametrize("world", WORLDS)
 def test_receive_slots_unique_and_in_bounds(mode, world):
-    for N in (128, 7168):
+    for N in (128, 7168, *PARTIAL_N):
         bound_M = 8192
         for M in MS:
             p = make_plan(M, N, 64, world, 132, mode)
@@ -180,7 +184,7 @@ def test_schedule_covers_every_tile_once(mode):
 def test_schedule_cannot_deadlock(mode):
     """A rank waits on one of its own tiles only for peers' pushes of the same or an
     earlier round (strictly earlier with lag 1): no cycle of waits can form."""
-    for p in _plans(mode, Ns=(128, 7168)):
+    for p in _plans(mode, Ns=(128, 7168, *PARTIAL_N)):
         _assert_no_wait_cycle(p)
 
 
@@ -196,14 +200,14 @@ def test_schedule_spreads_pushes_over_rounds():
         assert max(busy) - min(busy) <= p.chunk // 2, per_round
 
 
-@pytest.mark.parametrize("bn", [None, 64])
-def test_simulated_exchange_sums_exactly(bn):
+@pytest.mark.parametrize("bn, N", [(None, 256), (64, 256), (None, 200), (192, 1000)])
+def test_simulated_exchange_sums_exactly(bn, N):
     """Run the push / reduce data movement of the unicast protocol on integers."""
     import random
     rng = random.Random(5)
     for mode, world, M in [("rs", 2, 300), ("rs", 4, 1000), ("rs", 8, 129), ("ar", 4, 700),
                            ("ar", 8, 1), ("rs", 16, 2048)]:
-        p = make_plan(M, 256, 64, world, 20, mode, bn=bn)
+        p = make_plan(M, N, 64, world, 20, mode, bn=bn)
         part = {(r, g): rng.randint(-9, 9) for r in range(world) for g in range(p.padded_M)}
         recv = {}
         for src in range(world):
@@ -389,11 +393,15 @@ def test_narrow_tiles_keep_coverage_and_no_wait_cycle(mode, peers_first):
         assert (slots + 1) * p.tile_bytes <= lay.recv_region_bytes
 
 
-def test_tile_width_must_be_known_and_divide_n():
+def test_tile_width_must_be_known_and_fit_n():
     with pytest.raises(ValueError, match="BN"):
         make_plan(256, 7168, 1024, 2, 132, "rs", bn=32)
-    with pytest.raises(ValueError, match="BN"):
-        make_plan(256, 384, 1024, 2, 132, "rs", bn=256)
+    # sm90 takes a partial last tile column; sm100 only whole tiles
+    assert make_plan(256, 384, 1024, 2, 132, "rs", bn=256).tiles_n == 2
+    with pytest.raises(ValueError, match="multiple of 256"):
+        make_plan(256, 384, 1024, 2, 132, "rs", bn=256, arch="sm_100a")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        make_plan(256, 7172, 1024, 2, 132, "rs", bn=128)
 
 
 @pytest.mark.parametrize("band", [0, 1, 3, 8, 64])
@@ -618,7 +626,7 @@ def test_default_plans_cover_every_tile_and_cannot_deadlock(mode):
     kinds = set()
     for world, M, K, N in itertools.product(WORLDS, (1, 100, 128, 129, 256, 300, 512, 768,
                                                      1000, 1024, 2048, 4096),
-                                            (1024, 4096, 9216), (384, 7168, 8192)):
+                                            (1024, 4096, 9216), (384, 7168, 8192, 2880)):
         p = make_plan(M, N, K, world, 132, mode, pair_ctas=132)
         kinds.add((p.cta_group, p.lag, p.pair_n, p.peers_first, p.bn))
         assert p.grid <= p.sm_count and p.grid % p.cta_group == 0
@@ -857,12 +865,10 @@ def test_split_k_slots_fit_the_workspace():
     inside the SK region (before ARRIVE), for any max_M from the call's M up."""
     from launch.layout import SK_SLOTS_OFF, WorkspaceLayout
     from launch.plan import BM
-    for N, K in itertools.product((384, 7168, 8192), (1024, 9216)):
+    for N, K in itertools.product((384, 7168, 8192, *PARTIAL_N), (1024, 9216)):
         for M in (1, 129, 300, 576, 640, 1152, 3000):
             for mode, kw in (("rs", {"flat": True}), ("ar", {"flat": True}), ("gemm", {})):
-                for bn in (None, 64, 128, 256):
-                    if bn and N % bn:
-                        continue
+                for bn in (None, 64, 128, 160, 192, 256):
                     p = make_plan(M, N, K, 2, 132, mode, sk=True, bn=bn, **kw)
                     if not p.sk:
                         continue
@@ -924,3 +930,51 @@ def test_split_row_only_where_the_lane_cost_drops_enough():
         assert not r.split_row and r.list_start(1) == 5 * r.tiles_n
     assert not make_plan(1152, 7168, 4096, 2, 132, "ar", split_row=True).split_row
     assert not make_plan(1152, 7168, 4096, 2, 148, "rs", arch="sm_100a").split_row
+
+
+# ---------------------------------------------------------------- a partial last tile column
+def test_widths_stay_whole_where_a_measured_width_divides_n():
+    """N a multiple of 128 keeps the widths the plan rules were measured with, every tile
+    whole; elsewhere sm90 chooses among PARTIAL_NS, never wider than N (but 128), and
+    sm100 has nothing to choose from."""
+    for N in (128, 384, 1792, 5376, 7168, 8192, 10240):
+        assert tile_widths(N) == tuple(b for b in FULL_NS if N % b == 0) and 128 in tile_widths(N)
+        for M, K, mode in itertools.product((128, 300, 1000, 4096), (1024, 9216),
+                                            ("rs", "ar", "gemm")):
+            p = make_plan(M, N, K, 2, 132, mode)
+            assert N % p.bn == 0 and p.tiles_n * p.bn == N, (M, N, K, mode, p.bn)
+    assert tile_widths(2880) == PARTIAL_NS
+    assert tile_widths(200) == (192, 160, 128)
+    assert tile_widths(96) == (128,)
+    assert tile_widths(2880, "sm_100a") == ()
+    # 2880 = 15 x 192 = 18 x 160: the lane cost picks among whole and partial tiles alike
+    p = make_plan(4096, 2880, 4096, 2, 132, "rs")
+    assert p.bn in PARTIAL_NS and p.tiles_n == -(-2880 // p.bn)
+
+
+def test_partial_widths_are_the_cheapest_last_wave():
+    from launch.plan import lane_cost
+    for M, N, mode in itertools.product((300, 576, 704, 2048, 8192), (2880, 1000, 3000),
+                                        ("rs", "ar", "gemm")):
+        p = make_plan(M, N, 4096, 2, 132, mode, cta_group=1, peers_first=False)
+        others = [make_plan(M, N, 4096, 2, 132, mode, bn=b, cta_group=1, peers_first=False)
+                  for b in tile_widths(N)]
+        if mode != "gemm" and any(o.rounds - o.lag >= 2 for o in others):
+            others = [o for o in others if o.rounds - o.lag >= 2]
+        assert lane_cost(p) == min(lane_cost(o) for o in others), (M, N, mode)
+
+
+def test_workspace_holds_every_tile_of_a_partial_column():
+    """Tile-indexed buffers (AR's OUT, multicast partials) hold whole tiles, the partial
+    last column's too, at every width a plan may take."""
+    from launch.layout import WorkspaceLayout
+    from launch.plan import TILE_NS
+    for N, max_M in itertools.product((1000, 2880, 7168, 200), (128, 1000, 4096)):
+        for transport in ("unicast", "multicast"):
+            lay = WorkspaceLayout.build(max_M, N, 2, transport)
+            for bn in TILE_NS:
+                p = make_plan(max_M, N, 1024, 2, 132, "ar", bn=bn, cta_group=1)
+                assert lay.out_off + p.num_tiles * p.tile_bytes <= lay.total_bytes, (N, bn)
+                assert p.num_tiles <= lay.max_tiles
+                if transport == "multicast":
+                    assert lay.part_off + p.num_tiles * p.tile_bytes <= lay.out_off

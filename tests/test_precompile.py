@@ -22,6 +22,9 @@ def test_every_default_plan_has_a_precompiled_variant(arch, world):
     rng = random.Random(7)
     shapes = [(rng.randint(1, 70000), 128 * rng.randint(1, 80), 64 * rng.randint(1, 256))
               for _ in range(3000)]
+    if arch == "sm_90a":  # N that ends each tile row on a partial tile
+        shapes += [(rng.randint(1, 70000), 8 * rng.randint(1, 1280), 64 * rng.randint(1, 256))
+                   for _ in range(1500)]
     # and every M just past a tile row at the widths the small-M rules pick between
     shapes += [(M, N, K) for M in range(65, 2049, 64) for N in (7168, 8192)
                for K in (1024, 2048, 4096, 9216)]

@@ -170,7 +170,7 @@ def test_no_gpu_under_torchrun_one_sentence():
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["--hidden", "100"], "--hidden must be a positive multiple of 128"),
+    (["--hidden", "100"], "--hidden must be a positive multiple of 8"),
     (["--inter", "1000"], "--inter must be a positive multiple of 64"),
     (["--tokens", "0"], "--tokens must be >= 1"),
     (["--iters", "0"], "--iters must be >= 1"),
@@ -222,7 +222,8 @@ def test_runs_on_two_hoppers():
     (4096, 4160, 4096, 2, "multiple of 64"),     # 4160 / 2 = 2080 = 32.5 * 64
     (4096, 14400, 4096, 2, "multiple of 64"),   # 7200 % 64 != 0
     (4096, 14336, 4096, 3, "multiple of the world size 3"),
-    (4000, 14336, 4096, 2, "multiple of 128"),
+    (2880, 14336, 4096, 2, None),          # partial tiles at N's edge
+    (4004, 14336, 4096, 2, "multiple of 8"),
     (4096, 14336, 0, 2, "--tokens"),
 ])
 def test_size_problem(h, i, t, w, expect):
