@@ -190,7 +190,7 @@ class GemmRsAr:
         self.force_lag: int | None = None
         self.force_rotate = False
         self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
-        self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 224 or 256)
+        self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 160, 192, 224 or 256)
         self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
         # sm90: True forces 2x1 clusters pairing tiles along N (sharing x's tile); False lets
         # the plan choose (it takes them for AR at one tile row; force_cta_group=1 rules them out)

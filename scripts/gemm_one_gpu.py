@@ -63,7 +63,8 @@ def column_knobs(name: str) -> dict:
 def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
                 pair_ctas: int | None = None) -> tuple:
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
-    (a width that does not divide N, too many stages). ``pair_ctas``: CTAs resident at once
+    (an unknown width, too many stages; a width that does not divide N ends each tile row
+    on a partial tile). ``pair_ctas``: CTAs resident at once
     as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM)."""
     from dataclasses import replace
 
