@@ -71,8 +71,10 @@ def parse() -> argparse.Namespace:
                         "ar_pflsu), with P CTAs that only push (rs_pc8 / rs_pc16 / rs_pc24; "
                         "rs_flat: the flat order without them), with the exit without system "
                         "fences (rs_lean / ar_lean), the GEMM alone with its output stored "
-                        "by threads, not TMA (gemm_ts0), with 64-wide tiles "
-                        "(rs_bn64 / ar_bn64) and both (rs_pf64 / ar_pf64), on 2x1 clusters "
+                        "by threads, not TMA (gemm_ts0), with 1-CTA tiles of each width "
+                        "(rs_bnW / ar_bnW / gemm_bnW, W 64-256; 160 / 192 leave a partial "
+                        "tile at N's edge where they do not divide N) and 64-wide "
+                        "peers-first (rs_pf64 / ar_pf64), on 2x1 clusters "
                         "pairing tiles along N (gemm_pn / rs_pn / ar_pn; 64-wide: *_pn64), those "
                         "peers-first (rs_pnpf / ar_pnpf, *_pnpf64), the default plans without "
                         "programmatic dependent launch (gemm_nopdl / rs_nopdl / ar_nopdl), the "
@@ -305,14 +307,14 @@ class Bench:
                                              peers_first=True, bn=64), sets)
                 cols[f"{m}_pf128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                               peers_first=True, bn=128), sets)
-                for bn in (128, 224, 256):
+                for bn in (128, 160, 192, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
             cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True), sets)
             for bn in (128, 256):
                 cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True,
                                               force_bn=bn), sets)
-            for bn in (64, 128, 224, 256):
+            for bn in (64, 128, 160, 192, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
                                                 push=ops["rs"].push, bn=bn), sets)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):

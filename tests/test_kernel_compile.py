@@ -68,6 +68,13 @@ VARIANTS = [
     Variant("sm_90a", 64, 2, "ar", "multicast", 2, pair_n=1, pdl=1),
     # the flat peers-first order AR takes at five and six tile rows, over NVLink multicast
     Variant("sm_90a", 128, 2, "ar", "multicast", peers_first=1, flat=1, pdl=1),
+    # 160- / 192-wide tiles (N no 128-multiple width divides: a partial last tile column),
+    # over both transports, on 2x1 clusters (80 / 96 rows of w a CTA) and 1-CTA
+    Variant("sm_90a", 192, 2, "rs", "unicast", 2, push="tma", pdl=1, prefetch=1),
+    Variant("sm_90a", 160, 2, "ar", "unicast", push="tma_all", pdl=1, prefetch=1),
+    Variant("sm_90a", 192, 4, "rs", "multicast", pdl=1),
+    Variant("sm_90a", 160, 2, "ar", "multicast", 2, pdl=1),
+    Variant("sm_90a", 160, 2, "gemm", "unicast", push="tma", pdl=1, sk=1, tma_store=1),
 ]
 
 
@@ -114,7 +121,7 @@ def test_default_push_per_arch_transport_and_mode():
     assert push_for("tma_all", "ar") == "tma_all" and push_for("lsu", "ar") == "lsu"
 
 
-@pytest.mark.parametrize("bn", [64, 128, 256])
+@pytest.mark.parametrize("bn", [64, 128, 160, 192, 256])
 def test_wgmma_width_follows_the_tile(ptx_of, bn):
     ptx = ptx_of(Variant("sm_90a", bn, 2, "rs", "unicast", push="tma"))
     assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in ptx
