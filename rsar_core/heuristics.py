@@ -24,7 +24,9 @@ with rows two owners share (RS), so speedups are not smooth in M: 576 x 7168 x 4
 0.80x between 1.19x at M=512 and 1.05x at 768. A shape between measured points is
 therefore given the lowest speedup of the table points around it (M and K), not an
 interpolation, and runs fused only when that beats the run-to-run noise (3%). Other world
-sizes use this world-2 table until they are measured. Re-measure and update the table when
+sizes use this world-2 table until they are measured, and so do N off the measured ones
+(N = 2880, whose plans end each tile row on a partial tile, is correct but not yet timed
+on two GPUs: docs/PERF.md (y)). Re-measure and update the table when
 the kernel or the machine changes.
 """
 from __future__ import annotations
