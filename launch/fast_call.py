@@ -24,6 +24,7 @@ class FastCall:
         self._compiled = compiled
         self._kinds = tuple(kinds)
         self._cells = [_CTYPE[k]() for k in self._kinds]
+        self._consts: tuple | None = None  # what ``call_with`` last stored in the middle cells
         self._fast = False
         try:
             self._setup()
@@ -61,8 +62,32 @@ class FastCall:
             conv = {"i32": cutlass.Int32, "i64": cutlass.Int64, "stream": cuda.CUstream}
             self._compiled(*(conv[k](v) for k, v in zip(self._kinds, values)))
             return
+        self._consts = None
         for cell, v in zip(self._cells, values):
             cell.value = v
+        self._invoke()
+
+    def call_with(self, head: tuple[int, ...], consts: tuple[int, ...], stream: int) -> None:
+        """``self(*head, *consts, stream)``. While a caller passes the same ``consts`` object
+        call after call (a plan's fixed arguments), only ``head``'s cells and the stream's
+        are stored again."""
+        if not self._fast:
+            self(*head, *consts, stream)
+            return
+        cells = self._cells
+        if consts is not self._consts:
+            if len(head) + len(consts) + 1 != len(cells):
+                raise ValueError(f"{len(cells)} arguments expected, got "
+                                 f"{len(head)} + {len(consts)} + the stream")
+            for cell, v in zip(cells[len(head):-1], consts):
+                cell.value = v
+            self._consts = consts  # held, so its id cannot be reused by another tuple
+        for cell, v in zip(cells, head):
+            cell.value = v
+        cells[-1].value = stream
+        self._invoke()
+
+    def _invoke(self) -> None:
         self._capi(self._packed)
         if self._has_result and self._result is not None and self._result.value != 0:
             raise RuntimeError(f"kernel launch failed: CUDA error {self._result.value}")

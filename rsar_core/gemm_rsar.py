@@ -5,13 +5,14 @@ import functools
 import logging
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
 from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
                           default_prefetch, default_push, default_push_window, default_stages,
                           default_tma_store, default_variant, push_for)
+from launch.fast_call import FastCall
 from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -19,7 +20,9 @@ from multicast.bootstrap import make_bootstrap
 from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
-from .validate import check_arch_width, check_call, check_construction, check_weight, weight_of
+from .ordering import raw_stream
+from .validate import (K_ALIGN, check_arch_width, check_call, check_construction, check_out,
+                       check_weight, weight_of)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -150,7 +153,7 @@ class GemmRsAr:
         # How partials reach peers on sm90: "lsu" (thread stores), "tma" (bulk copies) or
         # "tma_all" (AR's reduced tiles as bulk copies too).
         self.push = default_push(self.arch or "", self.transport, self.mode)
-        self._plans: dict[tuple, tuple[TilePlan, Any]] = {}
+        self._plans: dict[tuple, tuple[TilePlan, Any, tuple[int, ...]]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
                   "own" if self._owns_ws else "shared")
@@ -281,23 +284,29 @@ class GemmRsAr:
         return auto_push_all(mode, self.transport, push_for(self.push, mode))
 
     # ------------------------------------------------------------------ the op
-    def __call__(self, x: torch.Tensor, w: Any) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: Any, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
         ``.weight``), bfloat16, on the current stream: RS returns this rank's
         (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of it,
-        (M, N), on every rank. A fresh tensor. Collective: every rank calls with the same M
-        and K. Bad input raises RsarValueError / RsarTypeError before any launch. Inference
-        only: where autograd records x or w, the result's backward raises UnsupportedError."""
+        (M, N), on every rank. A fresh tensor, or ``out`` (bf16, contiguous, that shape, on
+        this device, overlapping neither x nor w) filled and returned. Collective: every
+        rank calls with the same M and K. Bad input raises RsarValueError / RsarTypeError
+        before any launch. Inference only: where autograd records x or w, the result's
+        backward raises UnsupportedError."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device)
         self.check()
         w = weight_of(w)
         M, K = x.shape
-        plan, fn = self._plan_and_kernel(M, K, self.mode)
-        rows = M if self.all_reduce else plan.local_M
-        y = torch.empty((rows, self.N), dtype=torch.bfloat16, device=self.device)
-        self._launch(fn, x, w, y, plan)
+        prepared = self._prepare(M, K, self.mode)
+        rows = M if self.all_reduce else prepared[0].local_M
+        if out is None:
+            y = torch.empty((rows, self.N), dtype=torch.bfloat16, device=self.device)
+        else:
+            check_out(out, (rows, self.N), self.device, x, w)
+            y = out
+        self._launch_prepared(prepared, x, w, y)
         return inference_only(y, x, w)
 
     def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
@@ -313,13 +322,38 @@ class GemmRsAr:
         check_call(x, w, self.max_M, self.N, self.device)
         w = weight_of(w)
         M, K = x.shape
-        plan, fn = self._plan_and_kernel(M, K, "gemm", epi_slots, band)
+        prepared = self._prepare(M, K, "gemm", epi_slots, band)
         y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
-        self._launch(fn, x, w, y, plan)
+        self._launch_prepared(prepared, x, w, y)
         return inference_only(y, x, w)
+
+    def warmup(self, Ms: Iterable[int], K: int) -> None:
+        """Plan the calls of these M at this K and compile their kernels (or load them from
+        the kernel cache, ``RSAR_KERNEL_CACHE``), without launching anything: a serving
+        stack calls it at start-up with its batch sizes, so that no request waits on a
+        compile. Collective, like the calls it prepares (every rank, the same Ms and K);
+        bad values raise RsarValueError before anything is compiled."""
+        self._require_open()
+        self._require_kernel()
+        Ms = list(Ms)
+        for M in Ms:
+            if isinstance(M, bool) or not isinstance(M, int) or not 0 < M <= self.max_M:
+                raise RsarValueError(f"warmup: M must be an int in 1..max_M={self.max_M}, "
+                                     f"got {M!r}")
+        if isinstance(K, bool) or not isinstance(K, int) or K <= 0 or K % K_ALIGN:
+            raise RsarValueError(f"warmup: K must be a positive multiple of {K_ALIGN}, got {K!r}")
+        for M in Ms:
+            self._prepare(M, K, self.mode)
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
                          band: int | None = None) -> tuple[TilePlan, Any]:
+        """The plan of a call and its compiled launcher (tests, scripts)."""
+        return self._prepare(M, K, mode, epi_slots, band)[:2]
+
+    def _prepare(self, M: int, K: int, mode: str, epi_slots: int = 0,
+                 band: int | None = None) -> tuple[TilePlan, Any, tuple[int, ...]]:
+        """(plan, launcher, the launch's fixed arguments) of a call, made once per shape and
+        knob setting: a call then looks it up, which keeps the host path short."""
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
         pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
@@ -352,7 +386,7 @@ class GemmRsAr:
                 # to finish would spend its peers' compile time in the kernel's spin-waits,
                 # and a compile slower than the time limit would look like a dead peer.
                 self._ws.bootstrap.barrier()
-            hit = self._plans[key] = (plan, fn)
+            hit = self._plans[key] = (plan, fn, self._fixed_args(plan))
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
@@ -399,17 +433,30 @@ class GemmRsAr:
                 f"and 10.3 (sm_103a: B300/GB300); "
                 f"check can_run() first")
 
+    def _fixed_args(self, plan: TilePlan) -> tuple[int, ...]:
+        """The launch arguments between the three tensors and the stream: the same for
+        every call of ``plan`` on this op."""
+        mem, lay = self._ws.mem, self._ws.layout
+        return (plan.M, plan.N, plan.K, mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr,
+                self._ws.err.data_ptr(), self.rank, plan.local_M, plan.padded_M, plan.chunk,
+                plan.rounds, plan.sched_word, plan.grid, self.timeout_ns, lay.arrive_off,
+                lay.result_off, lay.recv_off, lay.recv_region_bytes, lay.part_off, lay.out_off)
+
+    def _launch_prepared(self, prepared: tuple[TilePlan, Any, tuple[int, ...]],
+                         x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+        _, fn, fixed = prepared
+        stream = raw_stream(self.device.index)
+        self._ws.order.before_launch(stream, self.device)
+        head = (x.data_ptr(), w.data_ptr(), y.data_ptr())
+        if isinstance(fn, FastCall):
+            fn.call_with(head, fixed, stream)
+        else:  # a launcher without the fast path (tests' recorders)
+            fn(*head, *fixed, stream)
+
     def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
                 plan: TilePlan) -> None:
-        ws = self._ws
-        mem, lay = ws.mem, ws.layout
-        stream = torch.cuda.current_stream(self.device)
-        ws.order.before_launch(stream)
-        fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), plan.M, plan.N, plan.K,
-           mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr, ws.err.data_ptr(),
-           self.rank, plan.local_M, plan.padded_M, plan.chunk, plan.rounds, plan.sched_word, plan.grid,
-           self.timeout_ns, lay.arrive_off, lay.result_off, lay.recv_off,
-           lay.recv_region_bytes, lay.part_off, lay.out_off, stream.cuda_stream)
+        """One launch of ``fn`` on ``plan`` (scripts that launch a plan of their own)."""
+        self._launch_prepared((plan, fn, self._fixed_args(plan)), x, w, y)
 
     # ------------------------------------------------------------------ profiling
     def clear_trace(self) -> None:

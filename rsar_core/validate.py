@@ -110,3 +110,25 @@ def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None
         raise RsarValueError(f"M must be in 1..max_M={max_M}, got M={m}")
     if k != w.shape[1]:
         raise RsarValueError(f"x has K={k} but w has K={w.shape[1]}")
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
+def check_out(out: Any, shape: tuple[int, int], device: torch.device, x: torch.Tensor,
+              w: torch.Tensor) -> None:
+    """``out=`` of a call: where the kernel writes the result, so the same rules as the
+    inputs, the call's result shape, and no byte shared with x or w (the kernel reads them
+    while it writes)."""
+    _check_matrix("out", out, device)
+    if tuple(out.shape) != shape:
+        raise RsarValueError(f"out must have shape {shape} for this call, got {tuple(out.shape)}")
+    if torch.is_grad_enabled() and out.requires_grad:
+        raise RsarValueError("out must not require grad (the op is for inference)")
+    lo, hi = _byte_range(out)
+    for name, t in (("x", x), ("w", w)):
+        a, b = _byte_range(t)
+        if lo < b and a < hi:
+            raise RsarValueError(f"out overlaps {name}: the kernel reads {name} while it "
+                                 f"writes out")

@@ -13,7 +13,8 @@ with the ratio torch.mm / column.
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
 ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
-tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``bandB`` (B unit
+tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``pn`` (2x1
+clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), joined with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
@@ -50,13 +51,15 @@ def column_knobs(name: str) -> dict:
             knobs["stages"] = int(part[6:])
         elif part == "sk":
             knobs["sk"] = True
+        elif part == "pn":
+            knobs["pair_n"] = True
         elif part in ("ts", "ts0"):
             knobs["tma_store"] = int(part == "ts")
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, bandB, ts, ts0, joined with +)")
+                             f"stagesN, sk, pn, bandB, ts, ts0, joined with +)")
     return knobs
 
 

@@ -508,24 +508,11 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
 
 
 def _precompile(ops: tuple[Any, ...], M: int, K: int, device: Any) -> None:
-    """Compile the fused kernels for (M, K) on every rank, then meet at a barrier.
-
-    A launched kernel waits for its peers at most RSAR_TIMEOUT_S (5 s by default), and the
-    first call of an op compiles its kernel just in time; ranks whose compiles finish
-    seconds apart could time out on the first call. GemmRsAr has no public warm-up yet, so
-    this uses its internal plan/compile step where present and otherwise does nothing (the
-    first call then compiles, as before).
-    """
+    """Compile the fused kernels for (M, K) on every rank (``GemmRsAr.warmup``), then meet
+    at a barrier, so that the timed calls never wait on a compile."""
     import torch.distributed as dist
     for op in ops:
-        prepare = getattr(op, "_plan_and_kernel", None)
-        mode = getattr(op, "mode", None)
-        if prepare is None or mode is None:
-            continue
-        try:
-            prepare(M, K, mode)
-        except Exception:  # only an optimisation: the first call compiles instead
-            pass
+        op.warmup([M], K)
     _sync(device)
     dist.barrier()
     _sync(device)

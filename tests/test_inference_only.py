@@ -44,12 +44,12 @@ def test_the_op_call_marks_its_result(monkeypatch):
     op.max_M, op.device = 64, torch.device("cpu")
     for name in ("_require_open", "_require_kernel", "check"):
         monkeypatch.setattr(op, name, lambda: None, raising=False)
-    monkeypatch.setattr(op, "_plan_and_kernel",
-                        lambda M, K, mode, *a: (op.plan(M, K, mode), None), raising=False)
+    monkeypatch.setattr(op, "_prepare",
+                        lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
 
-    def launch(fn, x, w, y, plan):
+    def launch(prepared, x, w, y):
         y.copy_((x.float() @ w.float().t()).bfloat16())
-    monkeypatch.setattr(op, "_launch", launch, raising=False)
+    monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
 
     x, w = _inputs(w_grad=True)
     y = op(x, w)

@@ -45,9 +45,9 @@ class FakeGemmRsAr:
         self.calls = 0
         self.prepared: list = []
 
-    def _plan_and_kernel(self, M: int, K: int, mode: str):
-        # GemmRsAr's internal plan/compile step, which the worker runs before the first call
-        self.prepared.append([M, K, mode])
+    def warmup(self, Ms, K: int) -> None:
+        # GemmRsAr's compile-ahead step, which the worker runs before the first call
+        self.prepared += [[M, K, self.mode] for M in Ms]
 
     def can_run(self, w) -> bool:
         return w.dim() == 2 and w.is_contiguous()

@@ -187,3 +187,35 @@ def test_killed_rank_is_reported_and_survivor_exits(comm):
             assert waited < 2.0 * 3 + 10
     finally:
         comm.Barrier()
+
+
+def test_out_buffer_and_warmup(comm):
+    """``out=``: the result lands in the caller's (poisoned) buffer, a row range of a larger
+    one too, on default and off-grid M; ``warmup`` compiles ahead, so the calls it prepared
+    compile nothing; bad ``out`` raises before any launch and the op stays usable."""
+    from launch.cache import CACHE
+    ws = Workspace(2048, 7168, comm)
+    ops = [GemmRsAr(2048, 7168, all_reduce=ar, workspace=ws) for ar in (False, True)]
+    try:
+        for op in ops:
+            op.warmup([128, 1000, 2048], 4096)
+            before = CACHE.compile_count
+            for seed, M in enumerate((128, 1000, 2048)):
+                rows = M if op.all_reduce else -(-M // op.world)
+                big = torch.full((rows + 16, op.N), float("nan"), dtype=torch.bfloat16,
+                                 device=DEV())
+                out = big[8: 8 + rows]
+                y = op(*rank_inputs(seed, op.rank, M, op.N, 4096, DEV()), out=out)
+                assert y.data_ptr() == out.data_ptr()
+                _check(op, seed, M, 4096, y)
+                assert big[:8].isnan().all() and big[8 + rows:].isnan().all()
+            assert CACHE.compile_count == before
+            x, w = rank_inputs(9, op.rank, 256, op.N, 4096, DEV())
+            with pytest.raises(ValueError, match="shape"):
+                op(x, w, out=torch.empty(7, op.N, dtype=torch.bfloat16, device=DEV()))
+            _check(op, 10, 256, 4096)
+    finally:
+        for op in ops:
+            op.close()
+        ws.close()
+    _report("out_and_warmup", "ok")
