@@ -8,7 +8,7 @@ microseconds per call (median of ``--repeats`` loops of ``--iters`` calls, the s
 rank's) of: a one-element torch op and torch.mm (anchors), ``GemmRsAr`` RS / AR /
 ``gemm_only`` as a caller sees them, and each step of the call on its own (input checks,
 the error word, the plan lookup, the output allocation, the stream lookup, the stream
-order, the launch, the autograd guard). ``--profile FILE`` also writes a cProfile of the
+order, the launch, the autograd guard; ``--calls-only`` leaves them out). ``--profile FILE`` also writes a cProfile of the
 RS call. With ``RSAR_ALLOW_SHARED_GPU=1`` the ranks may share one GPU: the host figures
 hold, the kernels only run slower.
 """
@@ -50,27 +50,25 @@ def steps(op: Any, x: Any, w: Any, y: Any) -> dict[str, Callable[[], Any]]:
     import torch
 
     from rsar_core.gemm_rsar import inference_only
+    from rsar_core.ordering import raw_stream
     from rsar_core.validate import check_call
     M, K = x.shape
-    plan, fn = op._plan_and_kernel(M, K, "gemm")
-    ws = op.workspace
-    stream = torch.cuda.current_stream(op.device)
-    mem, lay = ws.mem, ws.layout
-    args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), plan.M, plan.N, plan.K, mem.local_ptr,
-            mem.peer_ptrs_dev, mem.multicast_ptr, ws.err.data_ptr(), op.rank, plan.local_M,
-            plan.padded_M, plan.chunk, plan.rounds, plan.sched_word, plan.grid, op.timeout_ns,
-            lay.arrive_off, lay.result_off, lay.recv_off, lay.recv_region_bytes, lay.part_off,
-            lay.out_off, stream.cuda_stream)
+    prepared = op._prepare(M, K, "gemm")
+    _, fn, fixed = prepared
+    order, index = op.workspace.order, op.device.index
+    stream = raw_stream(index)
+    head = (x.data_ptr(), w.data_ptr(), y.data_ptr())
     return {
         "check_call": lambda: check_call(x, w, op.max_M, op.N, op.device),
         "check (error word)": op.check,
-        "plan lookup": lambda: op._plan_and_kernel(M, K, op.mode),
+        "plan lookup": lambda: op._prepare(M, K, op.mode),
         "torch.empty (output)": lambda: torch.empty((M, op.N), dtype=torch.bfloat16,
                                                     device=op.device),
-        "current_stream": lambda: torch.cuda.current_stream(op.device),
-        "stream order": lambda: ws.order.before_launch(stream),
-        "launch (kernel entry)": lambda: fn(*args),
-        "launch (_launch)": lambda: op._launch(fn, x, w, y, plan),
+        "stream handle": lambda: raw_stream(index),
+        "stream order": lambda: order.before_launch(stream, op.device),
+        "tensor pointers": lambda: (x.data_ptr(), w.data_ptr(), y.data_ptr()),
+        "launch (kernel entry)": lambda: fn.call_with(head, fixed, stream),
+        "launch (all of it)": lambda: op._launch_prepared(prepared, x, w, y),
         "autograd guard": lambda: inference_only(y, x, w),
     }
 
@@ -85,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--profile", type=Path, default=None)
+    p.add_argument("--calls-only", action="store_true",
+                   help="time the whole calls only, not each step (for comparing builds)")
     a = p.parse_args(argv)
     import torch
     from mpi4py import MPI
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                  "rsar RS op(x, w)": lambda: rs(x, w),
                  "rsar AR op(x, w)": lambda: ar(x, w),
                  "gemm_only(x, w)": lambda: rs.gemm_only(x, w)}
-        calls.update({"  " + k: f for k, f in steps(rs, x, w, y).items()})
+        if not a.calls_only:
+            calls.update({"  " + k: f for k, f in steps(rs, x, w, y).items()})
         for name, fn in calls.items():
             us = per_call_us(fn, a.iters, a.repeats, sync)
             rows[name] = max(comm.allgather(us))
