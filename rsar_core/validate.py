@@ -26,8 +26,8 @@ def check_construction(max_M: int, N: int, world: int) -> None:
         raise RsarValueError(f"world size must be in 2..{MAX_WORLD}, got {world}{hint}")
     if 128 % world:
         raise RsarValueError(f"128 must be divisible by the world size, got world={world}")
-    if max_M < 128:
-        raise RsarValueError(f"max_M must be >= 128, got {max_M}")
+    if max_M < 1:
+        raise RsarValueError(f"max_M must be >= 1, got {max_M}")
     if N <= 0 or N % N_ALIGN:
         raise RsarValueError(f"N must be a positive multiple of {N_ALIGN} (16-byte output "
                              f"rows), got {N}")

@@ -60,7 +60,6 @@ PREFIX = "rsar tp_worker:"
 HINT = "run scripts/mc_diag.py for details"
 N_ALIGN = 8     # GemmRsAr: N (= hidden) must be a multiple of 8 (sm90; 128 on sm100)
 K_ALIGN = 64    # GemmRsAr: K (= intermediate / world) must be a multiple of 64
-MIN_MAX_M = 128  # GemmRsAr: max_M >= 128
 # Compute capabilities rsar has a kernel for (GemmRsAr's arch table): sm_90a, sm_100a.
 KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200", (10, 3): "B300/GB300"}
 
@@ -626,9 +625,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from rsar_core import GemmRsAr
         comm = dist.group.WORLD if tr else mpi_comm
-        max_m = max(args.tokens, MIN_MAX_M)
-        op_ar = GemmRsAr(max_m, args.hidden, all_reduce=True, comm=comm)
-        op_rs = GemmRsAr(max_m, args.hidden, all_reduce=False, comm=comm)
+        op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm)
+        op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm)
         gpus = sorted(set(dist_all_gather_object(torch.cuda.get_device_name(dev))))
         ctx = {"rank": rank, "world": world, "device": dev,
                "launcher": "torchrun" if tr else "mpirun", "gpu": f"{' / '.join(gpus)} x{world}",

@@ -20,7 +20,7 @@ def test_every_refusal_of_the_public_api_is_an_rsar_error(monkeypatch):
     from multicast.policy import decide
     from rsar_core import gemm_rsar, validate
     for exc, call in [
-            (rsar_core.RsarValueError, lambda: validate.check_construction(100, 7168, 2)),
+            (rsar_core.RsarValueError, lambda: validate.check_construction(0, 7168, 2)),
             (rsar_core.RsarTypeError, lambda: validate.check_construction(1.5, 7168, 2)),
             (rsar_core.RsarValueError, lambda: decide({"RSAR_MULTICAST": "maybe"}))]:
         with pytest.raises(exc) as e:

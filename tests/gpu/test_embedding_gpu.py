@@ -219,3 +219,17 @@ def test_out_buffer_and_warmup(comm):
             op.close()
         ws.close()
     _report("out_and_warmup", "ok")
+
+
+def test_max_m_below_one_tile(comm):
+    """A decode-only op (max_M < 128): the workspace holds one tile row; every M up to
+    max_M is exact, and M past it is refused before any launch."""
+    for ar in (False, True):
+        with GemmRsAr(16, 7168, all_reduce=ar, comm=comm) as op:
+            for seed, M in enumerate((1, 7, 16)):
+                _check(op, 20 + seed, M, 1024)
+            x, w = rank_inputs(30, op.rank, 17, op.N, 1024, DEV())
+            with pytest.raises(ValueError, match="max_M=16"):
+                op(x, w)
+            _check(op, 31, 16, 1024)
+    _report("max_m_below_one_tile", "ok")
