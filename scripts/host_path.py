@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                  "rsar AR op(x, w)": lambda: ar(x, w),
                  "gemm_only(x, w)": lambda: rs.gemm_only(x, w)}
         if not a.calls_only:
+            calls["rsar AR op(x, w, out=y)"] = lambda: ar(x, w, out=y)
             calls.update({"  " + k: f for k, f in steps(rs, x, w, y).items()})
         for name, fn in calls.items():
             us = per_call_us(fn, a.iters, a.repeats, sync)
