@@ -233,3 +233,40 @@ def test_max_m_below_one_tile(comm):
                 op(x, w)
             _check(op, 31, 16, 1024)
     _report("max_m_below_one_tile", "ok")
+
+
+def test_out_buffers_in_a_cuda_graph(comm):
+    """``out=`` inside a captured graph: every replay writes the same caller buffers, RS and
+    AR interleaved, with fresh inputs copied in before each replay."""
+    ws = Workspace(1024, 7168, comm)
+    ops = [GemmRsAr(1024, 7168, all_reduce=ar, workspace=ws) for ar in (False, True)]
+    try:
+        shapes = [(ops[0], 300, 1024), (ops[1], 1000, 512), (ops[0], 64, 4096)]
+        xs, wts, outs = [], [], []
+        for op, M, K in shapes:
+            xs.append(torch.empty(M, K, dtype=torch.bfloat16, device=DEV()))
+            wts.append(torch.empty(op.N, K, dtype=torch.bfloat16, device=DEV()))
+            rows = M if op.all_reduce else -(-M // op.world)
+            outs.append(torch.empty(rows, op.N, dtype=torch.bfloat16, device=DEV()))
+        for op, M, K in shapes:
+            op.warmup([M], K)
+        torch.cuda.synchronize()
+        comm.Barrier()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i, (op, M, K) in enumerate(shapes):
+                op(xs[i], wts[i], out=outs[i])
+        for rep in range(5):
+            for i, (op, M, K) in enumerate(shapes):
+                x, w = rank_inputs(700 + 3 * rep + i, op.rank, M, op.N, K, DEV())
+                xs[i].copy_(x)
+                wts[i].copy_(w)
+                outs[i].fill_(float("nan"))
+            g.replay()
+            for i, (op, M, K) in enumerate(shapes):
+                _check(op, 700 + 3 * rep + i, M, K, outs[i])
+    finally:
+        for op in ops:
+            op.close()
+        ws.close()
+    _report("out_in_graph", "ok")
