@@ -74,3 +74,16 @@ def test_the_table_covers_every_m_at_every_k():
     for M in range(1, 20000, 37):
         for K in (1, 1500, 3000, 5000, 20000):
             heuristics.expected_speedup("rs", M, K)
+
+
+def test_remembered_answers_follow_the_table_and_threshold(monkeypatch):
+    assert heuristics.fused_wins("rs", 16384, 7168, 1024, 2)
+    assert heuristics.fused_wins("rs", 16384, 7168, 1024, 2)  # remembered
+    monkeypatch.setattr(heuristics, "MIN_SPEEDUP", 10.0)
+    assert not heuristics.fused_wins("rs", 16384, 7168, 1024, 2)
+    monkeypatch.setattr(heuristics, "MIN_SPEEDUP", 1.03)
+    table = {k: (0.5, 0.5) for k in heuristics.MEASURED_2X_H200}
+    monkeypatch.setattr(heuristics, "MEASURED_2X_H200", table)
+    assert not heuristics.fused_wins("rs", 16384, 7168, 1024, 2)
+    monkeypatch.undo()
+    assert heuristics.fused_wins("rs", 16384, 7168, 1024, 2)
