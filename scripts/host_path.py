@@ -87,16 +87,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="time the whole calls only, not each step (for comparing builds)")
     a = p.parse_args(argv)
     import torch
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    if not torch.cuda.is_available() or comm.Get_size() < 2:
-        print("host_path.py needs 2+ ranks under mpirun, each with a CUDA GPU")
+
+    from scripts.mpi_gpu import rank_on_gpu
+    started = rank_on_gpu("host_path.py")
+    if started is None:
         return 2
-    rank = comm.Get_rank()
-    torch.cuda.set_device(rank % torch.cuda.device_count())
+    comm, rank, dev = started
     from rsar_core import GemmRsAr
     from rsar_core.reference import rank_inputs
-    dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(11, rank, a.M, a.N, a.K, dev)
     y = torch.empty(a.M, a.N, dtype=torch.bfloat16, device=dev)
     one = torch.zeros(1, device=dev)

@@ -31,16 +31,14 @@ def main() -> int:
                         "on by default on sm90)")
     a = p.parse_args()
     import torch
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    if not torch.cuda.is_available() or comm.Get_size() < 2:
-        print("launch_cost.py needs 2+ ranks under mpirun, each with a CUDA GPU")
+
+    from scripts.mpi_gpu import rank_on_gpu
+    started = rank_on_gpu("launch_cost.py")
+    if started is None:
         return 2
-    rank = comm.Get_rank()
-    torch.cuda.set_device(rank % torch.cuda.device_count())
+    comm, rank, dev = started
     from rsar_core import GemmRsAr
     from rsar_core.reference import rank_inputs
-    dev = torch.device("cuda", torch.cuda.current_device())
     ops = {m: GemmRsAr(max_M=max(a.M), N=a.N, all_reduce=(m == "ar"), comm=comm)
            for m in ("rs", "ar")}
     one = torch.zeros(1, device=dev)
