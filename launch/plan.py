@@ -464,13 +464,14 @@ class TilePlan:
             if self.sk > 1 and not self.finishes(cta, rnd):
                 return -1
             return self.scheduled_unit(rank, cta, rnd)
-        u = self.scheduled_unit(rank, cta // 2, rnd)
+        g = self.cta_group
+        u = self.scheduled_unit(rank, cta // g, rnd)
         if u < 0:
             return -1
         if self.pair_n:
             return 2 * u + cta % 2
         pm, tn = divmod(u, self.tiles_n)
-        tm = 2 * pm + cta % 2
+        tm = g * pm + cta % g
         return tm * self.tiles_n + tn if tm < self.tiles_m else -1
 
     def round_of(self, rank: int, t: int) -> int:
@@ -778,13 +779,17 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     if N % N_ALIGN or (N % bn and arch in BLACKWELL):
         raise ValueError(f"N={N}: {arch} plans need N a multiple of "
                          f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")
-    if cta_group not in (1, 2):
-        raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
-    if cta_group == 2:
+    if cta_group not in (1, 2) and not (mode == "gemm" and cta_group in (3, 4)):
+        raise ValueError(f"cta_group must be 1 or 2 (3 or 4: plain GEMM), got {cta_group}")
+    if cta_group > 2 and (arch in BLACKWELL or bn % (8 * cta_group)):
+        raise ValueError(f"clusters of {cta_group} along M are sm90 plain-GEMM plans that split "
+                         f"w's tile into parts of 8-row multiples: BN={bn}, {arch}")
+    if cta_group >= 2:
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
+        return _make_pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first,
+                               cta_group)
     tiles_m = ceil_div(M, BM)
     tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
@@ -864,10 +869,11 @@ def pairs_whole(p: TilePlan) -> bool:
 
 def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
                     bn: int, lag: int | None = None, pair_n: bool = False,
-                    peers_first: bool = False) -> TilePlan:
+                    peers_first: bool = False, cta_group: int = 2) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
-    along N also the peers-first order, where ``pairs_whole``."""
+    along N also the peers-first order, where ``pairs_whole``. ``cta_group`` 3 or 4 (the
+    plain GEMM only, an experiment): clusters of that many tile rows sharing w's tile."""
     tiles_m = ceil_div(M, BM)
     tiles_n = ceil_div(N, bn)
     if pair_n and tiles_n % 2:
@@ -877,11 +883,13 @@ def _make_pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
                     padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n)
-    clusters = max(1, sm_count // 2)
+                    cluster_mn=(1, 2) if pair_n else (cta_group, 1), cta_group=cta_group,
+                    pair_n=pair_n)
+    clusters = max(1, sm_count // cta_group)
     if mode == "gemm":
         lanes = min(base.num_units, clusters)
-        return replace(base, grid=2 * lanes, chunk=lanes, rounds=ceil_div(base.num_units, lanes))
+        return replace(base, grid=cta_group * lanes, chunk=lanes,
+                       rounds=ceil_div(base.num_units, lanes))
     longest = base.longest_units
     if peers_first:
         if lag == 1 or not pairs_whole(base):

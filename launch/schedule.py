@@ -99,8 +99,8 @@ class TileSchedule:
         num_units = num_tiles
         if cutlass.const_expr(self.cta_group == 2 and self.pair_n):
             num_units = units_m * units_n
-        elif cutlass.const_expr(self.cta_group == 2):
-            units_m = (tiles_m + Int32(1)) // Int32(2)
+        elif cutlass.const_expr(self.cta_group >= 2):
+            units_m = (tiles_m + Int32(self.cta_group - 1)) // Int32(self.cta_group)
             num_units = units_m * tiles_n
         t = Int32(-1)
         band = lag >> Int32(8)
@@ -199,7 +199,8 @@ class TileSchedule:
                 if lo > Int32(0):
                     t = Int32(-1)
         else:
-            u = self._scheduled_unit(rank, cta // Int32(2), rnd, chunk, lag, num_tiles, tiles_m,
+            g = Int32(self.cta_group)
+            u = self._scheduled_unit(rank, cta // g, rnd, chunk, lag, num_tiles, tiles_m,
                                      tiles_n, local_M)
             if cutlass.const_expr(self.pair_n):
                 if u >= Int32(0):
@@ -207,7 +208,7 @@ class TileSchedule:
             elif u >= Int32(0):
                 pm = u // tiles_n
                 tn = u - pm * tiles_n
-                tm = Int32(2) * pm + (cta - (cta // Int32(2)) * Int32(2))
+                tm = g * pm + (cta - (cta // g) * g)
                 if tm < tiles_m:
                     t = tm * tiles_n + tn
         return t

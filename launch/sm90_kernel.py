@@ -129,8 +129,11 @@ class Sm90FusedKernel(CommWarps):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
-        if cta_group not in (1, 2):
-            raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
+        if cta_group not in (1, 2, 3, 4):
+            raise ValueError(f"cta_group must be 1 to 4, got {cta_group}")
+        if cta_group > 2 and (mode != "gemm" or pair_n or sk or bn % (8 * cta_group)):
+            raise ValueError(f"clusters of {cta_group} along M are plain-GEMM plans whose w "
+                             f"tile splits into parts of 8-row multiples (BN={bn})")
         if push not in ("lsu", "tma", "tma_all"):
             raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
         self.tma_push = push in ("tma", "tma_all")
@@ -327,7 +330,7 @@ class Sm90FusedKernel(CommWarps):
         v_in_pair = cta - lane * Int32(self.cta_group)
         cta_layout = cute.make_layout((self.cta_group, 1, 1))
         pair_mask = 0
-        if cutlass.const_expr(self.cta_group == 2):
+        if cutlass.const_expr(self.cta_group >= 2):
             pair_mask = cute.make_layout_image_mask(cta_layout, (v_in_pair, 0, 0), mode=0)
         a_mask = pair_mask if self.mc_a > 1 else 0
         b_mask = pair_mask if self.mc_b > 1 else 0
@@ -474,8 +477,8 @@ class Sm90FusedKernel(CommWarps):
             t = Int32(2) * u + v_in_pair
             tm = t // tiles_n
             tn = t - tm * tiles_n
-        elif cutlass.const_expr(self.cta_group == 2):
-            tm = Int32(2) * tm + v_in_pair
+        elif cutlass.const_expr(self.cta_group >= 2):
+            tm = Int32(self.cta_group) * tm + v_in_pair
             real = tm < tiles_m
             tm = cutlass.min(tm, tiles_m - Int32(1))
         return tm, tn, real

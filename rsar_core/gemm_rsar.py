@@ -186,7 +186,8 @@ class GemmRsAr:
     def _set_default_knobs(self) -> None:
         """Every ``force_*`` knob (and ``trace``) at its default: the plans and kernels the
         rules pick. Tests that plan without a device build an op from this too."""
-        # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan, 0 or 1 the
+        # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan (3 or 4, gemm_only
+        # only: clusters of that many tile rows sharing w's tile, an experiment), 0 or 1 the
         # 1-CTA schedule's lag; None lets the plan choose. ``force_rotate`` /
         # ``force_peers_first``: the 1-CTA schedule's part rotation / peers-first order.
         self.force_cta_group: int | None = None

@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from launch.plan import BM, FULL_NS, PARTIAL_NS, make_plan, max_recv_slots, tile_widths
+from launch.plan import (BM, FULL_NS, PARTIAL_NS, ceil_div, make_plan, max_recv_slots,
+                         tile_widths)
 
 WORLDS = [2, 4, 8, 16]
 # N no width of FULL_NS divides: sm90 plans end each tile row on a partial tile (2880: the
@@ -978,3 +979,34 @@ def test_workspace_holds_every_tile_of_a_partial_column():
                 assert p.num_tiles <= lay.max_tiles
                 if transport == "multicast":
                     assert lay.part_off + p.num_tiles * p.tile_bytes <= lay.out_off
+
+
+@pytest.mark.parametrize("g", [3, 4])
+def test_plain_gemm_clusters_of_g_tile_rows_cover_every_tile_once(g):
+    """``cta_group`` 3 / 4 (the plain GEMM, an experiment): the CTAs of a cluster take g
+    vertically adjacent tiles of one tile column; rows past the last are idle padding."""
+    for M in (1, 128, 320, 384, 512, 700, 2048):
+        for N, bn in ((7168, 192), (8192, 256), (2880, 192), (1024, 128)):
+            if bn % (8 * g):
+                continue
+            p = make_plan(M, N, 4096, 2, 132, "gemm", bn=bn, cta_group=g)
+            assert p.cluster_mn == (g, 1) and p.grid % g == 0 and 0 < p.grid <= 132
+            assert p.num_units == ceil_div(p.tiles_m, g) * p.tiles_n
+            tiles = [t for c in range(p.grid) for t in p.cta_tiles(0, c)]
+            assert sorted(tiles) == list(range(p.num_tiles))
+            for c0 in range(0, p.grid, g):
+                for r in range(p.rounds):
+                    real = [t for t in (p.scheduled(0, c0 + v, r) for v in range(g)) if t >= 0]
+                    assert len({t % p.tiles_n for t in real}) <= 1
+                    assert all(b - a == p.tiles_n for a, b in zip(real, real[1:]))
+
+
+def test_clusters_of_three_or_four_are_plain_gemm_plans_only():
+    with pytest.raises(ValueError, match="1 or 2"):
+        make_plan(512, 7168, 4096, 2, 132, "rs", bn=192, cta_group=3)
+    with pytest.raises(ValueError, match="8-row"):
+        make_plan(512, 7168, 4096, 2, 132, "gemm", bn=128, cta_group=3)  # 128 / 3 rows
+    with pytest.raises(ValueError, match="8-row"):
+        make_plan(512, 7168, 4096, 2, 148, "gemm", bn=256, cta_group=4, arch="sm_100a")
+    with pytest.raises(ValueError, match="1 or 2"):
+        make_plan(512, 7168, 4096, 2, 132, "gemm", bn=256, cta_group=5)

@@ -226,6 +226,27 @@ def test_gemm_only_one_cta_plans(comm, M, N, K):
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
+@pytest.mark.parametrize("g,bn", [(3, 192), (4, 256), (4, 128)])
+@pytest.mark.parametrize("M,N,K", [(320, 7168, 4096), (1, 7168, 1024), (700, 8192, 2048),
+                                   (2048, 2880, 1024)])
+def test_gemm_only_clusters_of_g_tile_rows(comm, g, bn, M, N, K):
+    """The GEMM alone on clusters of 3 / 4 tile rows sharing w's tile (an experiment knob):
+    partial clusters at the last row, partial tiles at N's edge, and grids with more clusters
+    than run at once, against the float64 reference on a NaN-poisoned output."""
+    op = get_op(comm, N, False, max_M=4096)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M + g * N + K, op.rank, M, op.N, K, dev)
+    with knobs(op, force_cta_group=g, force_bn=bn):
+        assert op.plan(M, K, "gemm").cluster_mn == (g, 1)
+        op.gemm_only(x, w)  # compiles; the next call allocates its output first
+        poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
+        del poison
+        y = op.gemm_only(x, w)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any()
+    assert rel_error(y, x.double() @ w.double().t()) < TOL
+
+
 def _push_ctas_op(comm, N: int):
     op = get_op(comm, N, False)
     if op.transport != "unicast" or op.push == "lsu" or op.arch != "sm_90a":
