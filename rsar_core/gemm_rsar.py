@@ -12,7 +12,6 @@ import torch
 from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
                           default_prefetch, default_push, default_push_window, default_stages,
                           default_tma_store, default_variant, push_for)
-from launch.fast_call import FastCall
 from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -21,8 +20,8 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (K_ALIGN, check_arch_width, check_call, check_construction, check_out,
-                       check_weight, weight_of)
+from .validate import (check_arch_width, check_call, check_construction, check_out,
+                       check_warmup, check_weight, weight_of)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -336,14 +335,7 @@ class GemmRsAr:
         bad values raise RsarValueError before anything is compiled."""
         self._require_open()
         self._require_kernel()
-        Ms = list(Ms)
-        for M in Ms:
-            if isinstance(M, bool) or not isinstance(M, int) or not 0 < M <= self.max_M:
-                raise RsarValueError(f"warmup: M must be an int in 1..max_M={self.max_M}, "
-                                     f"got {M!r}")
-        if isinstance(K, bool) or not isinstance(K, int) or K <= 0 or K % K_ALIGN:
-            raise RsarValueError(f"warmup: K must be a positive multiple of {K_ALIGN}, got {K!r}")
-        for M in Ms:
+        for M in check_warmup(Ms, K, self.max_M):
             self._prepare(M, K, self.mode)
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
@@ -448,16 +440,7 @@ class GemmRsAr:
         _, fn, fixed = prepared
         stream = raw_stream(self.device.index)
         self._ws.order.before_launch(stream, self.device)
-        head = (x.data_ptr(), w.data_ptr(), y.data_ptr())
-        if isinstance(fn, FastCall):
-            fn.call_with(head, fixed, stream)
-        else:  # a launcher without the fast path (tests' recorders)
-            fn(*head, *fixed, stream)
-
-    def _launch(self, fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
-                plan: TilePlan) -> None:
-        """One launch of ``fn`` on ``plan`` (scripts that launch a plan of their own)."""
-        self._launch_prepared((plan, fn, self._fixed_args(plan)), x, w, y)
+        fn.call_with((x.data_ptr(), w.data_ptr(), y.data_ptr()), fixed, stream)
 
     # ------------------------------------------------------------------ profiling
     def clear_trace(self) -> None:

@@ -1,7 +1,7 @@
 """Argument checks of GemmRsAr: every one runs before any launch and names its limit."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -110,6 +110,18 @@ def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None
         raise RsarValueError(f"M must be in 1..max_M={max_M}, got M={m}")
     if k != w.shape[1]:
         raise RsarValueError(f"x has K={k} but w has K={w.shape[1]}")
+
+
+def check_warmup(Ms: Iterable[Any], K: Any, max_M: int) -> list[int]:
+    """``warmup``'s shapes as ints, each M in 1..max_M and K a positive multiple of K_ALIGN
+    (the limits ``check_call`` puts on a call's tensors)."""
+    Ms = list(Ms)
+    for M in Ms:
+        if isinstance(M, bool) or not isinstance(M, int) or not 0 < M <= max_M:
+            raise RsarValueError(f"warmup: M must be an int in 1..max_M={max_M}, got {M!r}")
+    if isinstance(K, bool) or not isinstance(K, int) or K <= 0 or K % K_ALIGN:
+        raise RsarValueError(f"warmup: K must be a positive multiple of {K_ALIGN}, got {K!r}")
+    return Ms
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int]:
