@@ -1,7 +1,8 @@
 """Compiled-kernel cache: each variant compiles once per process.
 
-A variant is (arch, BN, world, mode, transport, cta_group); shapes, pointers, rank and epoch are
-launch arguments, so one compiled function serves every call of every instance.
+A variant is (arch, BN, world, mode, transport, cta_group, dtype) and its tuning knobs; shapes,
+pointers, rank and epoch are launch arguments, so one compiled function serves every call of
+every instance.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class Variant:
     lean_exit: int = 0  # 1: the exit without system fences (protocol.finish_launch)
     tma_store: int = 0  # 1: the plain GEMM stores its output by TMA (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
+    dtype: str = "bf16"  # x, w and the output: "bf16" or "f16" (launch.comm_warps.DTYPES)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""
@@ -58,6 +60,7 @@ class Variant:
         cg = f" cta_group={self.cta_group}" if self.cta_group != 1 else ""
         tune = "".join(f" {k}={n}" for k, n in self.tuning().items())
         tune += f" push={self.push}" if self.push != "lsu" else ""
+        tune += f" {self.dtype}" if self.dtype != "bf16" else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
@@ -154,12 +157,15 @@ def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, a
                      push_all=auto_push_all(mode, transport, default_push(arch, transport, mode)))
 
 
-def default_variant(arch: str, world: int, transport: str, plan: TilePlan) -> Variant:
+def default_variant(arch: str, world: int, transport: str, plan: TilePlan,
+                    dtype: str = "bf16") -> Variant:
     """The variant an op that forces nothing launches for ``plan`` (``GemmRsAr``): the
     default push and every default tuning rule above. One definition for what precompiles,
-    what the grid's plans pin and what the tests check the op against."""
+    what the grid's plans pin and what the tests check the op against. The rules do not
+    depend on ``dtype``: fp16 moves the bytes and runs the MMAs bf16 does."""
     push = push_for(default_push(arch, transport, plan.mode), plan.mode)
     return Variant(arch, plan.bn, world, plan.mode, transport, plan.cta_group, push=push,
+                   dtype=dtype,
                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                    stages=default_stages(arch, transport, push, plan),
                    push_all=int(plan.push_all), pdl=int(arch == "sm_90a"),
@@ -181,12 +187,12 @@ def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, push=v.push,
-                               **v.tuning())
+                               dtype=v.dtype, **v.tuning())
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
         if v.tuning() or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
-        return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group)
+        return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, v.dtype)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 
 

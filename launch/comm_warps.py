@@ -1,11 +1,11 @@
 """The communication warps and the protocol's per-tile logic, shared by every arch.
 
 A kernel that mixes this in provides, per CTA: 96 communication threads, a sub-tile ring in
-shared memory (``epi_slots`` slots of 128 x 32 bf16, row pitch ``epi_pitch`` elements, chunk
-order as ``tma_push`` says) fed by its MMA warps through an mbarrier pipeline, and the
-attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots, tile_bytes, comm_bar``
-(and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``, ``pair_n``,
-``push_all``, default 1 / False).
+shared memory (``epi_slots`` slots of 128 x 32 bf16 or fp16, row pitch ``epi_pitch``
+elements, chunk order as ``tma_push`` says) fed by its MMA warps through an mbarrier
+pipeline, and the attributes ``bn, world, mode, multicast, comm, num_sub, epi_slots,
+tile_bytes, comm_bar`` (and ``cta_group``, ``tma_push``, ``bulk_results``, ``peers_first``,
+``pair_n``, ``push_all``, default 1 / False; ``f16``: the elements are fp16, not bf16).
 Everything here - tile classes, receive slots, pushes, waits, reductions, stamps, the AR
 copy-out, and through its bases the round schedule (``launch.schedule``) and the push CTAs
 (``launch.push_ctas``) - is independent of how the tile was computed (wgmma on sm90, tcgen05
@@ -25,7 +25,7 @@ from .schedule import TileSchedule
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 
-SUB_BYTES = BM * EPI_N * 2        # one 128 x 32 bf16 sub-tile, contiguous in workspace slots
+SUB_BYTES = BM * EPI_N * 2        # one 128 x 32 bf16 / fp16 sub-tile, contiguous in slots
 SUB_CHUNKS = SUB_BYTES // 16      # 16-byte pieces per sub-tile
 EPI_PITCH = EPI_N + 8             # padded smem row (80 B): stmatrix and 16-B reads conflict-free
 COMM_THREADS = 96
@@ -34,6 +34,17 @@ _SUB_BYTES, _SUB_CHUNKS, _EPI_PITCH, _COMM_THREADS, _CHUNK_ITERS = (
     SUB_BYTES, SUB_CHUNKS, EPI_PITCH, COMM_THREADS, CHUNK_ITERS)
 
 _FOREIGN, _OWN, _MIXED = protocol.TILE_FOREIGN, protocol.TILE_OWN, protocol.TILE_MIXED
+
+# The element types a kernel computes, pushes and returns (x, w and the output alike):
+# name -> the CuTe DSL type. Partials and sums stay fp32 inside the kernel either way.
+DTYPES = {"bf16": cutlass.BFloat16, "f16": cutlass.Float16}
+
+
+def element_type(dtype: str) -> type:
+    """The CuTe DSL type of a kernel's element type name."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
 
 
 class CommWarps(TileSchedule, PushCtas):
@@ -91,6 +102,8 @@ class CommWarps(TileSchedule, PushCtas):
     push_threads = COMM_THREADS  # the kernel's push CTAs copy with this many threads
     # True: the exit without system fences or ``done`` stamps (``protocol.finish_launch``)
     lean_exit = False
+    # True: elements are fp16 (``DTYPES``); the pack / unpack below follow it
+    f16 = False
 
     @property
     def copies_early(self) -> bool:
@@ -593,20 +606,34 @@ class CommWarps(TileSchedule, PushCtas):
                 r0, r1, r2, r3 = ptx.ld_v4_cg(addr)
         return r0, r1, r2, r3
 
+    def _unpack2(self, u):
+        """Two fp32 from a word of two elements (low half first)."""
+        return ptx.f16x2_to_f32(u) if self.f16 else ptx.bf16x2_to_f32(u)
+
+    def _pack2(self, lo, hi):
+        """A word of two elements rounded from fp32, ``lo`` in the low half."""
+        return ptx.f32_to_f16x2(lo, hi) if self.f16 else ptx.f32_to_bf16x2(lo, hi)
+
+    def _ld_reduce8(self, addr):
+        """``multimem.ld_reduce`` of 8 elements (16 B), summed in fp32 by the switch."""
+        if self.f16:
+            return ptx.multimem_ld_reduce_f16x8(addr)
+        return ptx.multimem_ld_reduce_bf16x8(addr)
+
     @cute.jit
     def _sum(self, own, peers):
         a = []
         for w in cutlass.range_constexpr(4):
-            lo, hi = ptx.bf16x2_to_f32(own[w])
+            lo, hi = self._unpack2(own[w])
             a.append(lo)
             a.append(hi)
         for p in peers:
             for w in cutlass.range_constexpr(4):
-                lo, hi = ptx.bf16x2_to_f32(p[w])
+                lo, hi = self._unpack2(p[w])
                 a[2 * w] = a[2 * w] + lo
                 a[2 * w + 1] = a[2 * w + 1] + hi
-        return (ptx.f32_to_bf16x2(a[0], a[1]), ptx.f32_to_bf16x2(a[2], a[3]),
-                ptx.f32_to_bf16x2(a[4], a[5]), ptx.f32_to_bf16x2(a[6], a[7]))
+        return (self._pack2(a[0], a[1]), self._pack2(a[2], a[3]),
+                self._pack2(a[4], a[5]), self._pack2(a[6], a[7]))
 
     @cute.jit
     def _wait_arrivals(self, t, ws, arrive_off, stamp, timeout_ns, err_addr, rank, epoch,
@@ -665,7 +692,7 @@ class CommWarps(TileSchedule, PushCtas):
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                     if mine:
-                        r0, r1, r2, r3 = ptx.multimem_ld_reduce_bf16x8(
+                        r0, r1, r2, r3 = self._ld_reduce8(
                             mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
                         self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
                                            rank, local_M, peer_tab, out_off, mc_base)

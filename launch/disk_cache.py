@@ -55,6 +55,8 @@ def entry_name(v: Any) -> str:
     tune = "".join(f"_{_TAGS.get(k, k)}{n}" for k, n in v.tuning().items())
     push = getattr(v, "push", "lsu")
     tune += f"_{push}" if push != "lsu" else ""
+    dtype = getattr(v, "dtype", "bf16")
+    tune += f"_{dtype}" if dtype != "bf16" else ""
     return (f"rsar_{v.arch}_bn{v.bn}_w{v.world}_{v.mode}_{v.transport}_cg{v.cta_group}{tune}"
             f"_{source_hash()}")
 

@@ -180,6 +180,13 @@ def multimem_ld_reduce_bf16x8(addr, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def multimem_ld_reduce_f16x8(addr, *, loc=None, ip=None):
+    """Sum of 8 fp16 over every rank's copy, accumulated in fp32 by the NVLink switch."""
+    return _ld_v4("multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2", addr, Int64,
+                  loc, ip)
+
+
+@dsl_user_op
 def multimem_st_v4(addr, a, b, c, d, *, loc=None, ip=None) -> None:
     """Broadcast 16 bytes to every rank's copy through the multicast mapping."""
     _st_v4("multimem.st.relaxed.sys.global.v4.f32", addr, Int64, (a, b, c, d), loc, ip)
@@ -207,6 +214,25 @@ def f32_to_bf16x2(lo, hi, *, loc=None, ip=None) -> Int32:
     """Round two fp32 to bf16 (nearest even) and pack them, ``lo`` in the low half."""
     return Int32(_asm(T.i32(), [_v(hi, Float32, loc, ip), _v(lo, Float32, loc, ip)],
                       "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f", loc, ip))
+
+
+# ---------------------------------------------------------------- fp16 arithmetic
+@dsl_user_op
+def f16x2_to_f32(u, *, loc=None, ip=None):
+    """Unpack two fp16 (low half first) into two fp32 (exact)."""
+    s = _asm(_struct(2, "f32"), [_v(u, Int32, loc, ip)],
+             "{ .reg .f16 l, h; mov.b32 {l, h}, $2; cvt.f32.f16 $0, l; cvt.f32.f16 $1, h; }",
+             "=f,=f,r", loc, ip)
+    return (Float32(llvm.extractvalue(T.f32(), s, [0], loc=loc, ip=ip)),
+            Float32(llvm.extractvalue(T.f32(), s, [1], loc=loc, ip=ip)))
+
+
+@dsl_user_op
+def f32_to_f16x2(lo, hi, *, loc=None, ip=None) -> Int32:
+    """Round two fp32 to fp16 (nearest even; beyond 65504 to inf, as torch's cast) and pack
+    them, ``lo`` in the low half."""
+    return Int32(_asm(T.i32(), [_v(hi, Float32, loc, ip), _v(lo, Float32, loc, ip)],
+                      "cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f", loc, ip))
 
 
 @dsl_user_op

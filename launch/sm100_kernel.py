@@ -4,8 +4,8 @@ Compiled and PTX-checked on CPU-only CI; it has not run on a Blackwell GPU here 
 
 Warp roles (288 threads, one CTA per SM, persistent over the round schedule of ``launch.plan``):
 - warps 0-3 (epilogue, 128 threads): thread i owns TMEM lane / tile row i; per 32-column
-  sub-tile: ``tcgen05.ld`` of the fp32 accumulator row, round to bf16, 64 bytes into a slot of
-  the sub-tile ring ``sC`` (128 x 32 per slot, row pitch EPI_PITCH) - the exact format the
+  sub-tile: ``tcgen05.ld`` of the fp32 accumulator row, round to bf16 / fp16, 64 bytes into a
+  slot of the sub-tile ring ``sC`` (128 x 32 per slot, row pitch EPI_PITCH) - the exact format the
   communication warps consume on sm90 - through a PipelineAsync (consumer: the 96 comm threads);
 - warp 4 (MMA): ``tcgen05.mma`` from the A/B smem ring into a double-buffered TMEM
   accumulator; with ``cta_group`` 2 only the even CTA of the cluster issues (256 x BN pair-tile,
@@ -32,13 +32,12 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import EPI_PITCH as _EPI_PITCH
-from .comm_warps import CommWarps
+from .comm_warps import CommWarps, element_type
 from .plan import BK, BM, EPI_N
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 Float32 = cutlass.Float32
-BF16 = cutlass.BFloat16
 
 _EPI_WARPS = 4
 _MMA_WARP = 4
@@ -53,9 +52,12 @@ _SMEM_BYTES = 232448  # sm_100 dynamic shared memory per block
 
 
 class Sm100FusedKernel(CommWarps):
-    """One compiled variant: (BN, world, mode, transport, cta_group)."""
+    """One compiled variant: (BN, world, mode, transport, cta_group, dtype)."""
 
-    def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1) -> None:
+    def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
+                 dtype: str = "bf16") -> None:
+        self.elem = element_type(dtype)  # x, w, partials and output; fp32 accumulators
+        self.f16 = dtype == "f16"
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -86,14 +88,14 @@ class Sm100FusedKernel(CommWarps):
     def _layouts(self) -> None:
         group = tcgen05.CtaGroup.TWO if self.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.tiled_mma = utils.sm100.make_trivial_tiled_mma(
-            BF16, BF16, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32, group,
-            self.mma_tiler[:2])
+            self.elem, self.elem, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
+            Float32, group, self.mma_tiler[:2])
         self.cluster_layout_vmnk = cute.tiled_divide(
             cute.make_layout((self.cta_group, 1, 1)), (self.tiled_mma.thr_id.shape,))
         self.a_smem_staged = utils.sm100.make_smem_layout_a(
-            self.tiled_mma, self.mma_tiler, BF16, self.ab_stage)
+            self.tiled_mma, self.mma_tiler, self.elem, self.ab_stage)
         self.b_smem_staged = utils.sm100.make_smem_layout_b(
-            self.tiled_mma, self.mma_tiler, BF16, self.ab_stage)
+            self.tiled_mma, self.mma_tiler, self.elem, self.ab_stage)
 
     @cute.jit
     def __call__(
@@ -110,8 +112,8 @@ class Sm100FusedKernel(CommWarps):
         self._layouts()
         K = cute.assume(K, divby=BK)
         N = cute.assume(N, divby=128)
-        a_ptr = cute.make_ptr(BF16, x_addr, cute.AddressSpace.gmem, assumed_align=16)
-        b_ptr = cute.make_ptr(BF16, w_addr, cute.AddressSpace.gmem, assumed_align=16)
+        a_ptr = cute.make_ptr(self.elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
+        b_ptr = cute.make_ptr(self.elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
 
@@ -123,8 +125,8 @@ class Sm100FusedKernel(CommWarps):
         tma_b, tma_tB = cute.nvgpu.make_tiled_tma_atom_B(
             utils.sm100.cluster_shape_to_tma_atom_B((self.cta_group, 1), self.tiled_mma.thr_id),
             mB, b_stage, self.mma_tiler, self.tiled_mma, self.cluster_layout_vmnk.shape)
-        self.tma_bytes = (cute.size_in_bytes(BF16, a_stage)
-                          + cute.size_in_bytes(BF16, b_stage)) * self.cta_group
+        self.tma_bytes = (cute.size_in_bytes(self.elem, a_stage)
+                          + cute.size_in_bytes(self.elem, b_stage)) * self.cta_group
 
         @cute.struct
         class SharedStorage:
@@ -134,11 +136,11 @@ class Sm100FusedKernel(CommWarps):
             tmem_dealloc_mbar: Int64
             tmem_addr: Int32
             sA: cute.struct.Align[
-                cute.struct.MemRange[BF16, cute.cosize(self.a_smem_staged)], 1024]
+                cute.struct.MemRange[self.elem, cute.cosize(self.a_smem_staged)], 1024]
             sB: cute.struct.Align[
-                cute.struct.MemRange[BF16, cute.cosize(self.b_smem_staged)], 1024]
+                cute.struct.MemRange[self.elem, cute.cosize(self.b_smem_staged)], 1024]
             sC: cute.struct.Align[
-                cute.struct.MemRange[BF16, BM * _EPI_PITCH * self.epi_slots], 128]
+                cute.struct.MemRange[self.elem, BM * _EPI_PITCH * self.epi_slots], 128]
 
         self.shared_storage = SharedStorage
         self.kernel(
@@ -347,7 +349,7 @@ class Sm100FusedKernel(CommWarps):
                         with cute.arch.elect_one():
                             acc_pipe.consumer_release(acc_state)
                     if t >= Int32(0):
-                        packed = [ptx.f32_to_bf16x2(v[2 * i], v[2 * i + 1]) for i in range(16)]
+                        packed = [self._pack2(v[2 * i], v[2 * i + 1]) for i in range(16)]
                         epi_pipe.producer_acquire(epi_state)
                         dst = row_smem + epi_state.index * Int32(BM * _EPI_PITCH * 2)
                         for q in cutlass.range_constexpr(4):

@@ -6,8 +6,8 @@ Warp roles (384 threads, one CTA per SM, persistent over tiles):
   second smem ring and move them (to peers, to the workspace, to the output), wait for
   peers' stamps and reduce, so the exchange of tile i overlaps the mainloop of tile i+1;
 - warp groups 1-2: wgmma on 128 x BN tiles (64 rows each), then stmatrix of the fp32
-  accumulators as bf16 into the sub-tile ring (128 x 32 per slot; padded rows, or with
-  bulk-copy pushes unpadded swizzled ones, see ``CommWarps``).
+  accumulators as bf16 (or fp16: ``dtype``) into the sub-tile ring (128 x 32 per slot;
+  padded rows, or with bulk-copy pushes unpadded swizzled ones, see ``CommWarps``).
 With ``cta_group`` 2 the grid runs as 2x1 clusters over pair-tiles (``launch.plan``): the two
 CTAs compute vertically adjacent tiles and each TMA-loads half of w's tile for both.
 
@@ -46,13 +46,12 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import CommWarps
+from .comm_warps import CommWarps, element_type
 from .plan import BK, BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 Float32 = cutlass.Float32
-BF16 = cutlass.BFloat16
 
 _ROW_LAYOUT = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
 
@@ -81,7 +80,7 @@ class Sm90FusedKernel(CommWarps):
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
-                 trace: int = 0) -> None:
+                 trace: int = 0, dtype: str = "bf16") -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -122,7 +121,11 @@ class Sm90FusedKernel(CommWarps):
         ``tma_store`` (the plain GEMM with bulk-copy rows): each output sub-tile leaves the
         ring as one TMA tensor store issued by one communication warp, not as 16-B loads
         and stores of all 96 threads (``_store_role``).
-        ``trace``: record event times (``launch.trace``)."""
+        ``trace``: record event times (``launch.trace``).
+        ``dtype``: the element type of x, w, the pushed partials and the output, "bf16" or
+        "f16" (``comm_warps.DTYPES``); the MMA accumulates and reductions sum in fp32 both ways."""
+        self.elem = element_type(dtype)
+        self.f16 = dtype == "f16"
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -226,10 +229,10 @@ class Sm90FusedKernel(CommWarps):
     def _layouts(self) -> None:
         row = _ROW_LAYOUT
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            BF16, BF16, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
+            self.elem, self.elem, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
             (2, 1, 1), tiler_mn=(64, self.bn))
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
-            sm90_utils.get_smem_layout_atom(row, BF16, BK), BF16)
+            sm90_utils.get_smem_layout_atom(row, self.elem, BK), self.elem)
         self.a_smem_staged = cute.tile_to_shape(atom, (BM, BK, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, BK, self.ab_stage), order=(0, 1, 2))
 
@@ -262,8 +265,8 @@ class Sm90FusedKernel(CommWarps):
         self._layouts()
         K = cute.assume(K, divby=BK)
         N = cute.assume(N, divby=8)  # plan.N_ALIGN: rows of 16 bytes
-        a_ptr = cute.make_ptr(BF16, x_addr, cute.AddressSpace.gmem, assumed_align=16)
-        b_ptr = cute.make_ptr(BF16, w_addr, cute.AddressSpace.gmem, assumed_align=16)
+        a_ptr = cute.make_ptr(self.elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
+        b_ptr = cute.make_ptr(self.elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -275,7 +278,7 @@ class Sm90FusedKernel(CommWarps):
         # unused arguments in the other variants: the kernel's parameter list is fixed
         tma_c, tma_tC = tma_a, tma_tA
         if cutlass.const_expr(self.tma_store):
-            c_ptr = cute.make_ptr(BF16, out_addr, cute.AddressSpace.gmem, assumed_align=16)
+            c_ptr = cute.make_ptr(self.elem, out_addr, cute.AddressSpace.gmem, assumed_align=16)
             mC = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(N, 1)))
             tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
@@ -286,11 +289,11 @@ class Sm90FusedKernel(CommWarps):
             ab_mbar: cute.struct.MemRange[Int64, self.ab_stage * 2]
             epi_mbar: cute.struct.MemRange[Int64, self.epi_slots * 2]
             sA: cute.struct.Align[
-                cute.struct.MemRange[BF16, cute.cosize(self.a_smem_staged)], 1024]
+                cute.struct.MemRange[self.elem, cute.cosize(self.a_smem_staged)], 1024]
             sB: cute.struct.Align[
-                cute.struct.MemRange[BF16, cute.cosize(self.b_smem_staged)], 1024]
+                cute.struct.MemRange[self.elem, cute.cosize(self.b_smem_staged)], 1024]
             sC: cute.struct.Align[
-                cute.struct.MemRange[BF16, BM * self.epi_pitch * self.epi_slots], 1024]
+                cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024]
 
         self.shared_storage = SharedStorage
         self.kernel(
@@ -350,7 +353,8 @@ class Sm90FusedKernel(CommWarps):
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, self.num_mma_wg * 4 * self.cta_group),
-            tx_count=cute.size_in_bytes(BF16, a_stage) + cute.size_in_bytes(BF16, b_stage),
+            tx_count=(cute.size_in_bytes(self.elem, a_stage)
+                      + cute.size_in_bytes(self.elem, b_stage)),
             cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
             defer_sync=True,
         )
@@ -432,7 +436,7 @@ class Sm90FusedKernel(CommWarps):
                     if warp_idx == 1:
                         # the ring as the TMA sees it: the same swizzle, on byte addresses
                         sC_tma = cute.make_tensor(
-                            cute.recast_ptr(sC_ptr, _sw64_bytes(), dtype=BF16),
+                            cute.recast_ptr(sC_ptr, _sw64_bytes(), dtype=self.elem),
                             self._slot_outer(self.epi_slots))
                         self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                                          local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
@@ -528,15 +532,16 @@ class Sm90FusedKernel(CommWarps):
             thr_mma.partition_C(cute.make_identity_tensor((BM, self.bn))).shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])
 
-        r2s_atom = sm90_utils.sm90_get_smem_store_op(_ROW_LAYOUT, elem_ty_d=BF16, elem_ty_acc=Float32)
-        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), BF16)
+        r2s_atom = sm90_utils.sm90_get_smem_store_op(_ROW_LAYOUT, elem_ty_d=self.elem,
+                                                     elem_ty_acc=Float32)
+        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.elem)
         tiled_r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
         thr_r2s = tiled_r2s.get_slice(mtid)
         tRS_sC = thr_r2s.partition_D(sC)
         tRS_rAcc = tiled_r2s.retile(acc)
         rD_shape = cute.shape(thr_r2s.partition_S(sC))
         tRS_rD = cute.make_rmem_tensor(rD_shape[:3], Float32)
-        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], BF16)
+        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.elem)
         size_rD = cute.size(tRS_rD)
 
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -592,7 +597,7 @@ class Sm90FusedKernel(CommWarps):
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
                             tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                        tRS_rD_out.store(tRS_rD.load().to(BF16))
+                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
                         epi_pipe.producer_acquire(epi_state)
                         cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
                         if cutlass.const_expr(self.tma_push):

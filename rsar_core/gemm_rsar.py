@@ -20,8 +20,8 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (check_arch_width, check_call, check_construction, check_out,
-                       check_warmup, check_weight, weight_of)
+from .validate import (check_arch_width, check_call, check_construction, check_dtype,
+                       check_out, check_warmup, check_weight, weight_of)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -108,13 +108,16 @@ class GemmRsAr:
     same calls with the same M and K, in the same order. The op runs on the current CUDA
     device and the current torch stream.
 
-    ``timeout_s``: how long the kernel waits for a peer before the call fails with
-    ``RsarTimeoutError`` (default: ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a
-    ``Workspace`` to share with other ops (its ``comm`` is then used).
+    ``dtype``: the element type of x, w and the result, torch.bfloat16 or torch.float16
+    (the kernel accumulates and reduces in fp32 either way). ``timeout_s``: how long the
+    kernel waits for a peer before the call fails with ``RsarTimeoutError`` (default:
+    ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a ``Workspace`` to share with other ops
+    (its ``comm`` is then used; ops of either dtype can share one).
     """
 
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
-                 timeout_s: float | None = None, workspace: Workspace | None = None) -> None:
+                 dtype: torch.dtype = torch.bfloat16, timeout_s: float | None = None,
+                 workspace: Workspace | None = None) -> None:
         self._ws: Workspace | None = None
         self._on_close: list = []  # callables close() runs once (rsar_core.torch_op unregisters)
         self._owns_ws = workspace is None
@@ -124,6 +127,8 @@ class GemmRsAr:
         else:
             bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
+        self._elem = check_dtype(dtype)
+        self.dtype = dtype
         if timeout_s is None:
             timeout_s = timeout_from_env()
         if not timeout_s > 0:
@@ -170,7 +175,7 @@ class GemmRsAr:
         if self._ws is None or self._ws.closed or self.arch not in KERNEL_ARCHS:
             return False
         try:
-            check_weight(weight_of(w), self.N, self.device)
+            check_weight(weight_of(w), self.N, self.device, self.dtype)
         except (TypeError, ValueError):
             return False
         return True
@@ -286,23 +291,23 @@ class GemmRsAr:
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
-        ``.weight``), bfloat16, on the current stream: RS returns this rank's
+        ``.weight``), of the op's ``dtype``, on the current stream: RS returns this rank's
         (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of it,
-        (M, N), on every rank. A fresh tensor, or ``out`` (bf16, contiguous, that shape, on
+        (M, N), on every rank. A fresh tensor, or ``out`` (that dtype, contiguous, shape, on
         this device, overlapping neither x nor w) filled and returned. Collective: every
         rank calls with the same M and K. Bad input raises RsarValueError / RsarTypeError
         before any launch. Inference only: where autograd records x or w, the result's
         backward raises UnsupportedError."""
         self._require_open()
         self._require_kernel()
-        check_call(x, w, self.max_M, self.N, self.device)
+        check_call(x, w, self.max_M, self.N, self.device, self.dtype)
         self.check()
         w = weight_of(w)
         M, K = x.shape
         prepared = self._prepare(M, K, self.mode)
         rows = M if self.all_reduce else prepared[0].local_M
         if out is None:
-            y = torch.empty((rows, self.N), dtype=torch.bfloat16, device=self.device)
+            y = torch.empty((rows, self.N), dtype=self.dtype, device=self.device)
         else:
             check_out(out, (rows, self.N), self.device, x, w)
             y = out
@@ -319,11 +324,11 @@ class GemmRsAr:
         """
         self._require_open()
         self._require_kernel()
-        check_call(x, w, self.max_M, self.N, self.device)
+        check_call(x, w, self.max_M, self.N, self.device, self.dtype)
         w = weight_of(w)
         M, K = x.shape
         prepared = self._prepare(M, K, "gemm", epi_slots, band)
-        y = torch.empty((M, self.N), dtype=torch.bfloat16, device=self.device)
+        y = torch.empty((M, self.N), dtype=self.dtype, device=self.device)
         self._launch_prepared(prepared, x, w, y)
         return inference_only(y, x, w)
 
@@ -366,7 +371,7 @@ class GemmRsAr:
             plan = self.plan(M, K, mode, band=band)
             compiled_before = CACHE.compile_count
             # the plan's structure as default_variant reads it, then every knob this op forces
-            v = replace(default_variant(self.arch, self.world, self.transport, plan),
+            v = replace(default_variant(self.arch, self.world, self.transport, plan, self._elem),
                         epi_slots=epi_slots, push=push,
                         stages=self._stages(plan, push, epi_slots), pdl=pdl,
                         prefetch=prefetch, early_copy=self._early_copy(plan),

@@ -9,19 +9,21 @@ import torch
 
 
 def rank_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
-                scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                scale: float = 1.0, dtype: torch.dtype = torch.bfloat16
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator(device=device)
     g.manual_seed(seed * 1009 + rank)
-    x = (torch.randn(M, K, generator=g, device=device) * scale).to(torch.bfloat16)
-    w = (torch.randn(N, K, generator=g, device=device) * (K ** -0.5)).to(torch.bfloat16)
+    x = (torch.randn(M, K, generator=g, device=device) * scale).to(dtype)
+    w = (torch.randn(N, K, generator=g, device=device) * (K ** -0.5)).to(dtype)
     return x, w
 
 
 def reference_sum(seed: int, world: int, M: int, N: int, K: int,
-                  device: torch.device) -> torch.Tensor:
+                  device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """sum_r x_r @ w_r.T in float32 over every rank's ``rank_inputs`` (rounded to ``dtype``)."""
     acc = torch.zeros(M, N, dtype=torch.float32, device=device)
     for r in range(world):
-        x, w = rank_inputs(seed, r, M, N, K, device)
+        x, w = rank_inputs(seed, r, M, N, K, device, dtype=dtype)
         acc += x.float() @ w.float().T
     return acc
 

@@ -3,7 +3,7 @@
     from rsar_core.torch_op import RowParallelLinear, register, gemm_rsar
 
     op = GemmRsAr(max_M, N, all_reduce=False, comm=comm)
-    layer = RowParallelLinear(op, w)                  # registers op, w: (N, K) bf16
+    layer = RowParallelLinear(op, w)                  # registers op, w: (N, K), op.dtype
     y = torch.compile(layer, fullgraph=True)(x)       # or: gemm_rsar(x, w, op)
 
 A custom op cannot take a Python object, so the schema carries an integer ``handle`` that
@@ -19,7 +19,8 @@ names a live GemmRsAr in this module's registry:
   it captures into a CUDA graph like a direct call. Every rank must make the same calls in
   the same order, compiled or not (the op is collective).
 - The fake (meta) kernel gives the output shape from the registered op's world, N and
-  all_reduce: RS ``(ceil(M / world), N)``, AR ``(M, N)``, bfloat16; ceil-div on SymInts,
+  all_reduce: RS ``(ceil(M / world), N)``, AR ``(M, N)``, of x's dtype (which must be the
+  op's: bfloat16 or float16); ceil-div on SymInts,
   so one dynamic-shape graph serves every M.
 - Handles are never reused in a process, and a handle encodes ``(world, N, all_reduce)``
   besides a serial number. A compiled graph that has the handle as a constant therefore
@@ -40,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ClosedError, RsarError, RsarValueError
+from .errors import ClosedError, RsarError, RsarTypeError, RsarValueError
 
 __all__ = ["OP_NAME", "register", "unregister", "lookup", "gemm_rsar", "RowParallelLinear"]
 
@@ -170,9 +171,13 @@ def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tens
     torch._check(w.shape[0] == N, lambda: f"{OP_NAME}: w must have N={N} rows, got {w.shape[0]}")
     torch._check(x.shape[1] == w.shape[1],
                  lambda: f"{OP_NAME}: x has K={x.shape[1]} but w has K={w.shape[1]}")
+    dtype = getattr(op, "dtype", torch.bfloat16)
+    if x.dtype != dtype or w.dtype != dtype:
+        raise RsarTypeError(f"{OP_NAME}: x and w must be {dtype} (the op's dtype), got "
+                             f"{x.dtype} and {w.dtype}")
     M = x.shape[0]
     rows = M if all_reduce else (M + world - 1) // world
-    return x.new_empty((rows, N), dtype=torch.bfloat16)
+    return x.new_empty((rows, N), dtype=dtype)
 
 
 def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
@@ -191,7 +196,7 @@ def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
 class RowParallelLinear(nn.Module):
     """``y = reduce_scatter(x @ weight.T)`` (RS op) or ``all_reduce(...)`` (AR op).
 
-    ``weight``: this rank's (N, K) bfloat16 shard on the op's device. Kept as a Parameter
+    ``weight``: this rank's (N, K) shard, of the op's dtype, on the op's device. Kept as a Parameter
     (``requires_grad=False`` unless a Parameter is passed in); the module holds ``op``
     alive, so its handle stays valid for the module's life (close the op yourself).
     """

@@ -33,6 +33,17 @@ def check_construction(max_M: int, N: int, world: int) -> None:
                              f"rows), got {N}")
 
 
+# torch dtype -> the kernels' element type name (``launch.comm_warps.DTYPES``)
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def check_dtype(dtype: Any) -> str:
+    """The kernels' name of an op's element type: bfloat16 or float16."""
+    if dtype not in DTYPES:
+        raise RsarTypeError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
+    return DTYPES[dtype]
+
+
 def check_arch_width(N: int, arch: str | None) -> None:
     """Blackwell's kernel runs whole tiles only (sm90 plans take a partial last tile
     column): N a multiple of 128 there."""
@@ -76,11 +87,14 @@ def weight_of(w: Any) -> Any:
     return w
 
 
-def _check_matrix(name: str, t: Any, device: torch.device) -> None:
+def _check_matrix(name: str, t: Any, device: torch.device, dtype: torch.dtype) -> None:
     if not isinstance(t, torch.Tensor):
         raise RsarTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.bfloat16:
-        raise RsarTypeError(f"{name} must be bfloat16, got {t.dtype}")
+    if t.dtype != dtype:
+        other = (f"; an op for such inputs is built with dtype={t.dtype}"
+                 if t.dtype in DTYPES else "")
+        raise RsarTypeError(f"{name} must be {str(dtype).removeprefix('torch.')} (this op's "
+                            f"dtype), got {t.dtype}{other}")
     if t.dim() != 2:
         raise RsarValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
     if t.device != device:
@@ -92,8 +106,9 @@ def _check_matrix(name: str, t: Any, device: torch.device) -> None:
             f"{name} must start on a 16-byte boundary (got a view at an odd offset)")
 
 
-def check_weight(w: torch.Tensor, N: int, device: torch.device) -> None:
-    _check_matrix("w", w, device)
+def check_weight(w: torch.Tensor, N: int, device: torch.device,
+                 dtype: torch.dtype = torch.bfloat16) -> None:
+    _check_matrix("w", w, device, dtype)
     n, k = w.shape
     if n != N:
         raise RsarValueError(f"w must have N={N} rows (w is (N, K)), got {n}")
@@ -101,10 +116,11 @@ def check_weight(w: torch.Tensor, N: int, device: torch.device) -> None:
         raise RsarValueError(f"K must be a positive multiple of {K_ALIGN}, got K={k}")
 
 
-def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device) -> None:
-    _check_matrix("x", x, device)
+def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device,
+               dtype: torch.dtype = torch.bfloat16) -> None:
+    _check_matrix("x", x, device, dtype)
     w = weight_of(w)
-    check_weight(w, N, device)
+    check_weight(w, N, device, dtype)
     m, k = x.shape
     if not 0 < m <= max_M:
         raise RsarValueError(f"M must be in 1..max_M={max_M}, got M={m}")
@@ -131,9 +147,9 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
 def check_out(out: Any, shape: tuple[int, int], device: torch.device, x: torch.Tensor,
               w: torch.Tensor) -> None:
     """``out=`` of a call: where the kernel writes the result, so the same rules as the
-    inputs, the call's result shape, and no byte shared with x or w (the kernel reads them
-    while it writes)."""
-    _check_matrix("out", out, device)
+    inputs (their dtype too), the call's result shape, and no byte shared with x or w (the
+    kernel reads them while it writes)."""
+    _check_matrix("out", out, device, x.dtype)
     if tuple(out.shape) != shape:
         raise RsarValueError(f"out must have shape {shape} for this call, got {tuple(out.shape)}")
     if torch.is_grad_enabled() and out.requires_grad:

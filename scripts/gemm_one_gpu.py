@@ -65,11 +65,12 @@ def column_knobs(name: str) -> dict:
 
 
 def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
-                pair_ctas: int | None = None) -> tuple:
+                pair_ctas: int | None = None, dtype: str = "bf16") -> tuple:
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
     (an unknown width, too many stages; a width that does not divide N ends each tile row
     on a partial tile). ``pair_ctas``: CTAs resident at once
-    as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM)."""
+    as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM); ``dtype``: the variant's
+    element type ("bf16" / "f16")."""
     from dataclasses import replace
 
     from launch.cache import default_variant
@@ -79,7 +80,7 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     forced = {k: knobs.pop(k) for k in ("stages", "tma_store") if k in knobs}
     plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
     # as the op launches it, whatever the column forces
-    v = replace(default_variant("sm_90a", 2, "unicast", plan), **forced)
+    v = replace(default_variant("sm_90a", 2, "unicast", plan, dtype), **forced)
     if v.stages:
         from launch.sm90_kernel import Sm90FusedKernel
         Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push,
@@ -87,12 +88,14 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     return plan, v
 
 
-def input_sets(M: int, N: int, K: int, dev: Any) -> list:
-    """Random (x, w) bf16 pairs, enough that rotating through them leaves none in L2."""
+def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None) -> list:
+    """Random (x, w) pairs (bf16 unless ``dtype``), enough that rotating through them leaves
+    none in L2."""
     import torch
+    dtype = dtype or torch.bfloat16
     nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
-    return [(torch.randn(M, K, device=dev).bfloat16(),
-             (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()) for _ in range(nsets)]
+    return [(torch.randn(M, K, device=dev).to(dtype),
+             (torch.randn(N, K, device=dev) / K ** 0.5).to(dtype)) for _ in range(nsets)]
 
 
 def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
@@ -145,6 +148,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=40, help="timed calls per column and block")
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--dtype", choices=["bf16", "f16"], default="bf16",
+                   help="element type of x, w and the output, for both kernels (default bf16)")
     a = p.parse_args(argv)
     a.column_list = [c for c in a.columns.split(",") if c]
     for c in a.column_list:
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
     dev = torch.device("cuda", torch.cuda.current_device())
     sm_count = torch.cuda.get_device_properties(dev).multi_processor_count
     lay = WorkspaceLayout.build(max(s[0] for s in a.shape_list), max(s[1] for s in a.shape_list), 2)
@@ -187,14 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     pair_ctas = _pair_ctas(dev.index, sm_count)
     rows = []
     for M, N, K in a.shape_list:
-        sets = input_sets(M, N, K, dev)
+        sets = input_sets(M, N, K, dev, dtype)
         nsets = len(sets)
-        y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+        y = torch.empty(M, N, dtype=dtype, device=dev)
         cols: dict[str, Any] = {"mm": lambda x, w: torch.mm(x, w.t(), out=y)}
         skipped = {}
         for name in a.column_list:
             try:
-                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas)
+                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype)
             except ValueError as e:
                 skipped[name] = str(e)
                 continue

@@ -13,6 +13,9 @@ arch and world are compiled too.
 
     RSAR_VARIANT_LOG=/tmp/used.jsonl mpirun -n 2 python3 my_worker.py
     python3 scripts/precompile.py --arch sm_90a --world 2 --out DIR --from-log /tmp/used.jsonl
+
+Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16`` builds both
+(each doubles the work; bf16 only by default).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def variants(arch: str, world: int, transports: list[str],
-             sm_counts: tuple[int, ...] = (132,)) -> list:
+             sm_counts: tuple[int, ...] = (132,), dtypes: tuple[str, ...] = ("bf16",)) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, K from
     64 to 16 Ki and N from 128 to 10 Ki (the tile widths, tile-row counts and round counts
     the plan rules distinguish, and N that end on a partial tile; tests/test_precompile.py
@@ -39,7 +42,7 @@ def variants(arch: str, world: int, transports: list[str],
     ``sm_counts`` SMs (plans depend on the SM count). The shapes walked cover every default
     plan at 132 SMs (tests/test_precompile.py); at other counts nearly every one (2 of 9000
     random shapes missed at 114 SMs): a variant missed compiles at its first launch and is
-    stored in the cache then."""
+    stored in the cache then. Each of ``dtypes`` ("bf16", "f16") gets the same variants."""
     from dataclasses import astuple
 
     from launch.cache import default_plan, default_variant
@@ -61,7 +64,8 @@ def variants(arch: str, world: int, transports: list[str],
                             continue
                         for sms in sm_counts:
                             p = default_plan(M, N, K, world, sms, mode, arch, tr)
-                            kinds.add(default_variant(arch, world, tr, p))
+                            for dt in dtypes:
+                                kinds.add(default_variant(arch, world, tr, p, dt))
     return sorted(kinds, key=astuple)
 
 
@@ -102,6 +106,9 @@ def main() -> int:
     p.add_argument("--sm-count", type=int, nargs="+", default=[132], metavar="N",
                    help="SM counts of the GPUs to build for (default 132: H100 / H200 SXM; "
                         "114: H100 PCIe, 148: B200); plans depend on it")
+    p.add_argument("--dtypes", default="bf16",
+                   help="element types to build for, comma-separated: bf16, f16 "
+                        "(GemmRsAr's dtype torch.bfloat16 / torch.float16; default bf16)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
@@ -112,8 +119,12 @@ def main() -> int:
     a = p.parse_args()
     if min(a.sm_count) < 1:
         p.error("--sm-count must be positive")
+    from launch.comm_warps import DTYPES
+    dtypes = tuple(d.strip() for d in a.dtypes.split(",") if d.strip())
+    if not dtypes or set(dtypes) - set(DTYPES):
+        p.error(f"--dtypes takes a comma-separated list of {', '.join(DTYPES)}; got {a.dtypes!r}")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
-                                       tuple(a.sm_count)), a.from_log, a.arch, a.world)
+                                       tuple(a.sm_count), dtypes), a.from_log, a.arch, a.world)
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
     held = set() if a.force else set(cached(vs, Path(a.out)))

@@ -23,6 +23,8 @@ def test_bad_columns_and_shapes_are_refused():
     assert r.returncode == 2 and "M,N,K triples" in r.stderr
     r = _run("--iters", "0")
     assert r.returncode == 2 and "--iters" in r.stderr
+    r = _run("--dtype", "f32")
+    assert r.returncode == 2 and "--dtype" in r.stderr
 
 
 def test_columns_are_the_plans_they_name():
@@ -49,6 +51,12 @@ def test_columns_are_the_plans_they_name():
     assert mod.column_plan("default", 2048, 7168, 4096)[1].tma_store == 1
     assert mod.column_plan("ts0", 2048, 7168, 4096)[1].tma_store == 0
     assert mod.column_plan("ts0+c1", 2048, 7168, 4096)[1].cta_group == 1
+    # --dtype f16: the same plans' fp16 kernels
+    import dataclasses
+    bf = mod.column_plan("c1+bn256", 2048, 7168, 4096)
+    half = mod.column_plan("c1+bn256", 2048, 7168, 4096, dtype="f16")
+    assert half[0] == bf[0] and bf[1].dtype == "bf16"
+    assert half[1] == dataclasses.replace(bf[1], dtype="f16")
 
 
 def test_stages_column_is_checked_against_shared_memory():

@@ -55,3 +55,22 @@ def test_other_sm_counts_need_their_own_variants_and_get_them():
             total += 1
             missed += v not in both
     assert missed <= total // 500, (missed, total)
+
+
+def test_f16_builds_the_bf16_variants_again_for_fp16():
+    import dataclasses
+    bf = precompile.variants("sm_90a", 2, ["unicast"])
+    both = precompile.variants("sm_90a", 2, ["unicast"], dtypes=("bf16", "f16"))
+    half = [v for v in both if v.dtype == "f16"]
+    assert len(both) == 2 * len(bf) and set(bf) <= set(both)
+    assert {dataclasses.replace(v, dtype="bf16") for v in half} == set(bf)
+
+
+def test_unknown_dtypes_are_refused(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(Path(precompile.__file__)), "--arch", "sm_90a",
+                        "--world", "2", "--out", str(tmp_path), "--dtypes", "bf16,f32"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--dtypes takes a comma-separated list of bf16, f16" in r.stderr
+    assert not any(tmp_path.iterdir())

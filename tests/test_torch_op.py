@@ -24,17 +24,19 @@ from rsar_core.torch_op import RowParallelLinear, gemm_rsar, lookup, register, u
 class StandIn:
     """What the op needs of a GemmRsAr, with a CPU reference as the call."""
 
-    def __init__(self, N: int, all_reduce: bool, world: int = 2, rank: int = 0) -> None:
+    def __init__(self, N: int, all_reduce: bool, world: int = 2, rank: int = 0,
+                 dtype: torch.dtype = torch.bfloat16) -> None:
         self.N, self.all_reduce, self.world, self.rank = N, all_reduce, world, rank
+        self.dtype = dtype
         self.calls = 0
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        assert x.dtype == w.dtype == torch.bfloat16 and w.shape[0] == self.N
+        assert x.dtype == w.dtype == self.dtype and w.shape[0] == self.N
         full = x.float() @ w.float().T
         if not self.all_reduce:
             full = rs_rows(full, self.rank, self.world)
-        return full.to(torch.bfloat16).contiguous()
+        return full.to(self.dtype).contiguous()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,10 +55,11 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _inputs(M: int, N: int, K: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _inputs(M: int, N: int, K: int, seed: int = 0,
+            dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
-    w = (torch.randn(N, K, generator=g) * K ** -0.5).to(torch.bfloat16)
+    x = torch.randn(M, K, generator=g).to(dtype)
+    w = (torch.randn(N, K, generator=g) * K ** -0.5).to(dtype)
     return x, w
 
 
@@ -176,12 +179,24 @@ def test_fake_symbolic_M(ar):
         assert gm(xm, wm).shape == (_rows(M, 4, ar), 128)
 
 
+def test_fake_follows_the_ops_dtype():
+    s = StandIn(384, False, dtype=torch.float16)
+    h = register(s)
+    with FakeTensorMode():
+        x = torch.empty(64, 256, dtype=torch.float16)
+        w = torch.empty(384, 256, dtype=torch.float16)
+        assert torch.ops.rsar.gemm_rsar(x, w, h).dtype == torch.float16
+        with pytest.raises(TypeError, match="must be torch.float16"):
+            torch.ops.rsar.gemm_rsar(x.to(torch.bfloat16), w, h)
+    assert s.calls == 0
+
+
 def test_opcheck_cpu():
     """torch.library.opcheck on the CPU kernel: schema, fake vs real, AOT dispatch."""
-    for ar in (False, True):
-        h = register(s := StandIn(256, ar, world=2))
+    for ar, dtype in ((False, torch.bfloat16), (True, torch.bfloat16), (False, torch.float16)):
+        h = register(s := StandIn(256, ar, world=2, dtype=dtype))
         for M in (3, 64):
-            x, w = _inputs(M, 256, 128, seed=M)
+            x, w = _inputs(M, 256, 128, seed=M, dtype=dtype)
             torch.library.opcheck(torch.ops.rsar.gemm_rsar.default, (x, w, h))
         unregister(s)
 

@@ -3,16 +3,19 @@ closed after each module by ``conftest``'s autouse fixture (workspaces are symme
 every rank must build and close them together, which the fixed test order guarantees)."""
 from __future__ import annotations
 
+import torch
+
 from rsar_core import GemmRsAr
 
 MAX_M = 8192
 _OPS: dict = {}
 
 
-def get_op(comm, N: int, ar: bool, max_M: int = MAX_M) -> GemmRsAr:
-    key = (N, ar, max_M)
+def get_op(comm, N: int, ar: bool, max_M: int = MAX_M,
+           dtype: torch.dtype = torch.bfloat16) -> GemmRsAr:
+    key = (N, ar, max_M, dtype)
     if key not in _OPS:
-        _OPS[key] = GemmRsAr(max_M=max_M, N=N, all_reduce=ar, comm=comm)
+        _OPS[key] = GemmRsAr(max_M=max_M, N=N, all_reduce=ar, comm=comm, dtype=dtype)
     return _OPS[key]
 
 

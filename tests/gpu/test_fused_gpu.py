@@ -28,7 +28,7 @@ def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tenso
     second call, with its plan and kernel cached, allocates its output first."""
     rows = x.shape[0] if op.all_reduce else op.plan(x.shape[0], x.shape[1]).local_M
     for _ in range(2):
-        bait = torch.full((rows, op.N), float("nan"), dtype=torch.bfloat16, device=x.device)
+        bait = torch.full((rows, op.N), float("nan"), dtype=op.dtype, device=x.device)
         ptr = bait.data_ptr()
         del bait
         y = op(x, w)
@@ -52,11 +52,12 @@ def knobs(op: GemmRsAr, **values):
 
 def check(op: GemmRsAr, seed: int, M: int, K: int) -> None:
     dev = torch.device("cuda", torch.cuda.current_device())
-    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
+    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev, dtype=op.dtype)
     y = poisoned_call(op, x, w)
     torch.cuda.synchronize()
     op.check()
-    ref = reference_sum(seed, op.world, M, op.N, K, dev)
+    assert y.dtype == op.dtype
+    ref = reference_sum(seed, op.world, M, op.N, K, dev, dtype=op.dtype)
     if not op.all_reduce:
         ref = rs_rows(ref, op.rank, op.world)
     assert y.shape == ref.shape
