@@ -94,6 +94,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
+    p.add_argument("--dtype", choices=["bf16", "f16"], default="bf16",
+                   help="element type of every column's inputs and outputs (default bf16)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -114,6 +116,7 @@ class Bench:
                                 rank=self.rank, world_size=self.world, device_id=self.dev)
         self.group = dist.group.WORLD
         self.args = args
+        self.dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
         self.skip = set(filter(None, args.skip.split(",")))
         self.retried = 0  # timed blocks taken again because the stream ran dry (samples)
         self.only = set(filter(None, args.only.split(",")))
@@ -207,10 +210,12 @@ class Bench:
         Mp = -(-M // W) * W
         per = (M * K + N * K) * 2
         nsets = max(2, min(8, math.ceil(3 * L2_BYTES / per)))
-        sets = [rank_inputs(1000 + i, self.rank, M, N, K, self.dev) for i in range(nsets)]
+        dt = self.dtype
+        sets = [rank_inputs(1000 + i, self.rank, M, N, K, self.dev, dtype=dt)
+                for i in range(nsets)]
         padded = [(torch.nn.functional.pad(x, (0, 0, 0, Mp - M)), w) for x, w in sets]
-        full = torch.randn(Mp, N, device=self.dev).to(torch.bfloat16)
-        rs_out = torch.empty(Mp // W, N, dtype=torch.bfloat16, device=self.dev)
+        full = torch.randn(Mp, N, device=self.dev).to(dt)
+        rs_out = torch.empty(Mp // W, N, dtype=dt, device=self.dev)
         it, wu = self.args.iters, self.args.warmup
 
         def mm(x, w):
@@ -417,7 +422,8 @@ class Bench:
         total = len(grid["N"]) * len(grid["K"]) * len(grid["M"])
         t0 = time.time()
         for N in grid["N"]:
-            ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm)
+            ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm,
+                               dtype=self.dtype)
                    for m in ("rs", "ar")}
             if self.args.lean_exit:  # every fused column, forced ones too
                 for op in ops.values():

@@ -61,6 +61,7 @@ HINT = "run scripts/mc_diag.py for details"
 N_ALIGN = 8     # GemmRsAr: N (= hidden) must be a multiple of 8 (sm90; 128 on sm100)
 K_ALIGN = 64    # GemmRsAr: K (= intermediate / world) must be a multiple of 64
 # Compute capabilities rsar has a kernel for (GemmRsAr's arch table): sm_90a, sm_100a.
+DTYPE_NAMES = ("bf16", "f16")  # --dtype: GemmRsAr's torch.bfloat16 / torch.float16
 KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200", (10, 3): "B300/GB300"}
 
 VARIANTS = ("fused_ar", "mm_ar", "fused_rs_ag", "mm_rs_ag")
@@ -164,6 +165,12 @@ def size_problem(hidden: int, inter: int, tokens: int, world: int) -> str | None
 
 # --------------------------------------------------------------------------- block math
 # Pure functions of torch tensors on any device: the CPU tests run them on tiny sizes.
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a ``--dtype`` name."""
+    import torch
+    return {"bf16": torch.bfloat16, "f16": torch.float16}[name]
+
+
 def make_input(seed: int, tokens: int, hidden: int, device: Any, dtype: Any = None) -> Any:
     """x: (T, H), the same on every rank (TP replicates the block's input)."""
     import torch
@@ -369,7 +376,8 @@ def report_lines(res: dict[str, Any]) -> list[str]:
         f"{PREFIX} tensor-parallel MLP block on {c['world']} ranks ({c['launcher']}), "
         f"{c['gpu']}, rsar transport {c['transport']}",
         f"  hidden {c['hidden']}, intermediate {c['inter']} ({c['inter'] // c['world']} per "
-        f"rank), tokens {c['tokens']} (padded {c['padded_tokens']} for RS), bf16, seed "
+        f"rank), tokens {c['tokens']} (padded {c['padded_tokens']} for RS), "
+        f"{c.get('dtype', 'bf16')}, seed "
         f"{c['seed']}; weights identical on all ranks: "
         f"{'yes' if res.get('weights_identical') else 'NO'}",
     ]
@@ -435,8 +443,9 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     T, H, I = args.tokens, args.hidden, args.inter
 
     # Weights and input: full from the seed on every rank, then this rank's shards.
-    x = make_input(args.seed, T, H, dev)
-    full = make_weights(args.seed, H, I, dev)
+    dtype = torch_dtype(args.dtype)
+    x = make_input(args.seed, T, H, dev, dtype)
+    full = make_weights(args.seed, H, I, dev, dtype)
     prints = dist_all_gather_object(fingerprint(x, *full))
     identical = all(p == prints[0] for p in prints)
     wg_r, wu_r, wd_r = shard_weights(*full, rank, world)
@@ -498,6 +507,7 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
         "config": {"world": world, "launcher": ctx["launcher"], "gpu": ctx["gpu"],
                    "transport": getattr(op_ar, "transport", "?"), "hidden": H, "inter": I,
                    "tokens": T, "padded_tokens": padded_rows(T, world), "seed": args.seed,
+                   "dtype": args.dtype,
                    "iters": args.iters, "warmup": args.warmup},
         "tol": TOL, "weights_identical": identical, "should_run": should, "checks": checks,
         "us": us, "summary": summarize(T, us), "clock": ctx.get("clock", "CUDA events"),
@@ -542,6 +552,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=20, help="timed calls per variant")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the input")
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="bf16",
+                   help="element type of the activations, the weights and the ops")
     p.add_argument("--torchrun", action="store_true",
                    help="started by torchrun: NCCL from its environment, GPU = LOCAL_RANK")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the result here (rank 0)")
@@ -625,15 +637,17 @@ def main(argv: list[str] | None = None) -> int:
 
         from rsar_core import GemmRsAr
         comm = dist.group.WORLD if tr else mpi_comm
-        op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm)
-        op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm)
+        dtype = torch_dtype(args.dtype)
+        op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm, dtype=dtype)
+        op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm, dtype=dtype)
         gpus = sorted(set(dist_all_gather_object(torch.cuda.get_device_name(dev))))
         ctx = {"rank": rank, "world": world, "device": dev,
                "launcher": "torchrun" if tr else "mpirun", "gpu": f"{' / '.join(gpus)} x{world}",
                "op_ar": op_ar, "op_rs": op_rs, "clock": "CUDA events"}
         if rank == 0:
             print(f"{PREFIX} {world} ranks ({ctx['launcher']}), H={args.hidden} "
-                  f"I={args.inter} T={args.tokens}: checking, then timing ...", flush=True)
+                  f"I={args.inter} T={args.tokens} {args.dtype}: checking, then timing ...",
+                  flush=True)
         code, res = run(ctx, args)
         op_rs.close()
         op_ar.close()

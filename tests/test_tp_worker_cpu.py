@@ -70,13 +70,13 @@ class FakeGemmRsAr:
         if not self.broken:
             dist.all_reduce(p)
         if self.all_reduce:
-            return p.to(torch.bfloat16)
+            return p.to(x.dtype)
         M = x.shape[0]
         Mp = tpw.padded_rows(M, self.world)
         full = torch.zeros(Mp, p.shape[1])
         full[:M] = p
         local = Mp // self.world
-        return full[self.rank * local:(self.rank + 1) * local].to(torch.bfloat16).contiguous()
+        return full[self.rank * local:(self.rank + 1) * local].to(x.dtype).contiguous()
 
 
 def _child() -> int:
@@ -88,7 +88,8 @@ def _child() -> int:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     args = tpw.parse(["--hidden", "128", "--inter", "256", "--tokens", "101",
-                      "--iters", "3", "--warmup", "1"])
+                      "--iters", "3", "--warmup", "1",
+                      "--dtype", os.environ.get("TPW_TEST_DTYPE", "bf16")])
     ctx = {"rank": rank, "world": world, "device": torch.device("cpu"), "launcher": "torchrun",
            "gpu": "CPU", "op_ar": FakeGemmRsAr(True, broken), "op_rs": FakeGemmRsAr(False),
            "clock": "wall clock"}
@@ -174,6 +175,7 @@ def test_no_gpu_under_torchrun_one_sentence():
     (["--inter", "1000"], "--inter must be a positive multiple of 64"),
     (["--tokens", "0"], "--tokens must be >= 1"),
     (["--iters", "0"], "--iters must be >= 1"),
+    (["--dtype", "f32"], "argument --dtype: invalid choice"),
     (["--bogus"], "unrecognized arguments"),
 ])
 def test_bad_arguments_are_usage_errors(argv, msg):
@@ -386,9 +388,9 @@ def test_report_readable():
 
 
 # --------------------------------------------------------------------------- run() on gloo
-def _gloo_run(tmp_path: Path, broken: bool):
+def _gloo_run(tmp_path: Path, broken: bool, dtype: str = "bf16"):
     env = _plain_env(TPW_TEST_OUT=str(tmp_path), TPW_TEST_BROKEN="1" if broken else "0",
-                     OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+                     TPW_TEST_DTYPE=dtype, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = _torchrun(str(Path(__file__).resolve()), env=env)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text())
              if (tmp_path / f"rank{r}.json").exists() else None for r in range(2)]
@@ -397,8 +399,9 @@ def _gloo_run(tmp_path: Path, broken: bool):
     return p, ranks, res
 
 
-def test_run_end_to_end_on_gloo(tmp_path):
-    p, ranks, res = _gloo_run(tmp_path, broken=False)
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_run_end_to_end_on_gloo(tmp_path, dtype):
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype=dtype)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert [r["code"] for r in ranks] == [0, 0], out
@@ -414,6 +417,7 @@ def test_run_end_to_end_on_gloo(tmp_path):
         assert c["rank_diff"] == 0.0, c
         assert res["us"][n]["block"] > 0 and res["us"][n]["down"] > 0
     assert "all 4 checks passed" in p.stdout
+    assert res["config"]["dtype"] == dtype and f"(padded 102 for RS), {dtype}," in p.stdout
 
 
 def test_run_catches_a_missing_reduction(tmp_path):
