@@ -29,3 +29,21 @@ def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90
                                part_off=0, out_off=0),
         err=SimpleNamespace(data_ptr=lambda: 0), closed=False)
     return op
+
+
+def cpu_op(monkeypatch, mode: str = "rs", dtype: torch.dtype = torch.bfloat16,
+           N: int = 128, max_M: int = 64) -> GemmRsAr:
+    """A planning op on the CPU that calls like the real one (checks, plan, output, ``out=``)
+    but whose launch is the float32 product rounded to the output's dtype, rank 0's rows."""
+    op = planning_op(mode, N=N, dtype=dtype)
+    op.max_M, op.device = max_M, torch.device("cpu")
+    monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
+    monkeypatch.setattr(op, "check", lambda: None, raising=False)
+    monkeypatch.setattr(op, "_prepare",
+                        lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
+
+    def launch(prepared, x, w, y):
+        full = (x.float() @ w.float().t()).to(y.dtype)
+        y.copy_(full if mode == "ar" else full[: y.shape[0]])
+    monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
+    return op

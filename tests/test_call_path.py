@@ -7,7 +7,7 @@ import torch
 
 from launch.cache import ARG_KINDS, CACHE
 from launch.fast_call import FastCall
-from op_stub import planning_op
+from op_stub import cpu_op, planning_op
 from rsar_core import RsarTypeError, RsarValueError
 from rsar_core import gemm_rsar
 from rsar_core.ordering import LaunchOrder
@@ -134,28 +134,13 @@ def test_check_out_refuses_a_buffer_that_overlaps_an_input():
               flat[2048: 2048 + 8192].view(128, 64))  # neighbours, no byte shared
 
 
-def _cpu_op(monkeypatch, mode: str = "rs"):
-    op = planning_op(mode, N=128)
-    op.max_M, op.device = 64, torch.device("cpu")
-    monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
-    monkeypatch.setattr(op, "check", lambda: None, raising=False)
-    monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
-
-    def launch(prepared, x, w, y):
-        full = (x.float() @ w.float().t()).bfloat16()
-        y.copy_(full if mode == "ar" else full[: y.shape[0]])
-    monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
-    return op
-
-
 def test_the_call_fills_out_and_returns_it(monkeypatch):
-    op = _cpu_op(monkeypatch, "ar")
+    op = cpu_op(monkeypatch, "ar")
     x, w = _xw()
     out = torch.full((6, 128), float("nan"), dtype=torch.bfloat16)
     y = op(x, w, out=out)
     assert y is out and torch.equal(y, (x.float() @ w.float().t()).bfloat16())
-    rs = _cpu_op(monkeypatch, "rs")
+    rs = cpu_op(monkeypatch, "rs")
     with pytest.raises(RsarValueError, match=r"shape \(3, 128\)"):
         rs(x, w, out=out)  # RS returns this rank's (ceil(M / world), N) shard
     assert rs(x, w, out=out[:3]) is not None

@@ -8,27 +8,11 @@ import pytest
 import torch
 
 from launch.cache import CACHE
-from op_stub import planning_op
+from op_stub import cpu_op, planning_op
 from rsar_core import gemm_rsar
 from rsar_core.errors import RsarTypeError, RsarValueError
 from rsar_core.reference import rank_inputs, reference_sum
 from rsar_core.validate import check_dtype
-
-
-def _cpu_op(monkeypatch, mode: str, dtype: torch.dtype):
-    """A planning op whose launch is the float32 product, rounded to the op's dtype."""
-    op = planning_op(mode, N=128, dtype=dtype)
-    op.max_M, op.device = 64, torch.device("cpu")
-    monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
-    monkeypatch.setattr(op, "check", lambda: None, raising=False)
-    monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
-
-    def launch(prepared, x, w, y):
-        full = (x.float() @ w.float().t()).to(y.dtype)
-        y.copy_(full if mode == "ar" else full[: y.shape[0]])
-    monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
-    return op
 
 
 def _xw(dtype: torch.dtype, M: int = 6):
@@ -48,7 +32,7 @@ def test_check_dtype_refuses_the_rest(bad):
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_an_f16_op_returns_f16(monkeypatch, mode):
-    op = _cpu_op(monkeypatch, mode, torch.float16)
+    op = cpu_op(monkeypatch, mode, torch.float16)
     x, w = _xw(torch.float16)
     y = op(x, w)
     want = (x.float() @ w.float().t()).half()
@@ -67,7 +51,7 @@ def test_an_f16_op_returns_f16(monkeypatch, mode):
     (torch.bfloat16, torch.float32, torch.bfloat16, r"got torch.float32$"),
 ])
 def test_inputs_of_another_dtype_are_refused(monkeypatch, op_dtype, x_dtype, w_dtype, match):
-    op = _cpu_op(monkeypatch, "rs", op_dtype)
+    op = cpu_op(monkeypatch, "rs", op_dtype)
     x, _ = _xw(x_dtype)
     _, w = _xw(w_dtype)
     with pytest.raises(RsarTypeError, match=match):
@@ -77,7 +61,7 @@ def test_inputs_of_another_dtype_are_refused(monkeypatch, op_dtype, x_dtype, w_d
 
 
 def test_out_of_another_dtype_is_refused(monkeypatch):
-    op = _cpu_op(monkeypatch, "ar", torch.float16)
+    op = cpu_op(monkeypatch, "ar", torch.float16)
     x, w = _xw(torch.float16)
     with pytest.raises(RsarTypeError, match="out must be float16"):
         op(x, w, out=torch.empty(6, 128, dtype=torch.bfloat16))
