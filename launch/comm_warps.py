@@ -606,6 +606,12 @@ class CommWarps(TileSchedule, PushCtas):
                 r0, r1, r2, r3 = ptx.ld_v4_cg(addr)
         return r0, r1, r2, r3
 
+    def _use_dtype(self, dtype: str) -> None:
+        """The kernel's element type (``DTYPES``): ``elem`` for its tensors and MMA, ``f16``
+        for the pack / unpack below."""
+        self.elem = element_type(dtype)
+        self.f16 = dtype == "f16"
+
     def _unpack2(self, u):
         """Two fp32 from a word of two elements (low half first)."""
         return ptx.f16x2_to_f32(u) if self.f16 else ptx.bf16x2_to_f32(u)

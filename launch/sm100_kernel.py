@@ -32,7 +32,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import EPI_PITCH as _EPI_PITCH
-from .comm_warps import CommWarps, element_type
+from .comm_warps import CommWarps
 from .plan import BK, BM, EPI_N
 
 Int32 = cutlass.Int32
@@ -56,8 +56,7 @@ class Sm100FusedKernel(CommWarps):
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
                  dtype: str = "bf16") -> None:
-        self.elem = element_type(dtype)  # x, w, partials and output; fp32 accumulators
-        self.f16 = dtype == "f16"
+        self._use_dtype(dtype)  # x, w, partials and output; fp32 accumulators
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):

@@ -46,7 +46,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import CommWarps, element_type
+from .comm_warps import CommWarps
 from .plan import BK, BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32
@@ -124,8 +124,7 @@ class Sm90FusedKernel(CommWarps):
         ``trace``: record event times (``launch.trace``).
         ``dtype``: the element type of x, w, the pushed partials and the output, "bf16" or
         "f16" (``comm_warps.DTYPES``); the MMA accumulates and reductions sum in fp32 both ways."""
-        self.elem = element_type(dtype)
-        self.f16 = dtype == "f16"
+        self._use_dtype(dtype)
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):

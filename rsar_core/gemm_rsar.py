@@ -20,8 +20,8 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (check_arch_width, check_call, check_construction, check_dtype,
-                       check_out, check_warmup, check_weight, weight_of)
+from .validate import (DTYPES, check_arch_width, check_call, check_construction,
+                       check_dtype, check_out, check_warmup, check_weight, weight_of)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -127,7 +127,7 @@ class GemmRsAr:
         else:
             bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
-        self._elem = check_dtype(dtype)
+        check_dtype(dtype)
         self.dtype = dtype
         if timeout_s is None:
             timeout_s = timeout_from_env()
@@ -371,7 +371,8 @@ class GemmRsAr:
             plan = self.plan(M, K, mode, band=band)
             compiled_before = CACHE.compile_count
             # the plan's structure as default_variant reads it, then every knob this op forces
-            v = replace(default_variant(self.arch, self.world, self.transport, plan, self._elem),
+            v = replace(default_variant(self.arch, self.world, self.transport, plan,
+                                        DTYPES[self.dtype]),
                         epi_slots=epi_slots, push=push,
                         stages=self._stages(plan, push, epi_slots), pdl=pdl,
                         prefetch=prefetch, early_copy=self._early_copy(plan),

@@ -171,7 +171,7 @@ def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tens
     torch._check(w.shape[0] == N, lambda: f"{OP_NAME}: w must have N={N} rows, got {w.shape[0]}")
     torch._check(x.shape[1] == w.shape[1],
                  lambda: f"{OP_NAME}: x has K={x.shape[1]} but w has K={w.shape[1]}")
-    dtype = getattr(op, "dtype", torch.bfloat16)
+    dtype = op.dtype
     if x.dtype != dtype or w.dtype != dtype:
         raise RsarTypeError(f"{OP_NAME}: x and w must be {dtype} (the op's dtype), got "
                              f"{x.dtype} and {w.dtype}")

@@ -44,6 +44,11 @@ def check_dtype(dtype: Any) -> str:
     return DTYPES[dtype]
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a kernel element type name (the scripts' ``--dtype``)."""
+    return {v: k for k, v in DTYPES.items()}[name]
+
+
 def check_arch_width(N: int, arch: str | None) -> None:
     """Blackwell's kernel runs whole tiles only (sm90 plans take a partial last tile
     column): N a multiple of 128 there."""

@@ -116,7 +116,8 @@ class Bench:
                                 rank=self.rank, world_size=self.world, device_id=self.dev)
         self.group = dist.group.WORLD
         self.args = args
-        self.dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+        from rsar_core.validate import torch_dtype
+        self.dtype = torch_dtype(args.dtype)
         self.skip = set(filter(None, args.skip.split(",")))
         self.retried = 0  # timed blocks taken again because the stream ran dry (samples)
         self.only = set(filter(None, args.only.split(",")))

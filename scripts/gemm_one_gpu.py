@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
+    from rsar_core.validate import torch_dtype
+    dtype = torch_dtype(a.dtype)
     dev = torch.device("cuda", torch.cuda.current_device())
     sm_count = torch.cuda.get_device_properties(dev).multi_processor_count
     lay = WorkspaceLayout.build(max(s[0] for s in a.shape_list), max(s[1] for s in a.shape_list), 2)

@@ -165,12 +165,6 @@ def size_problem(hidden: int, inter: int, tokens: int, world: int) -> str | None
 
 # --------------------------------------------------------------------------- block math
 # Pure functions of torch tensors on any device: the CPU tests run them on tiny sizes.
-def torch_dtype(name: str) -> Any:
-    """The torch dtype of a ``--dtype`` name."""
-    import torch
-    return {"bf16": torch.bfloat16, "f16": torch.float16}[name]
-
-
 def make_input(seed: int, tokens: int, hidden: int, device: Any, dtype: Any = None) -> Any:
     """x: (T, H), the same on every rank (TP replicates the block's input)."""
     import torch
@@ -443,6 +437,7 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     T, H, I = args.tokens, args.hidden, args.inter
 
     # Weights and input: full from the seed on every rank, then this rank's shards.
+    from rsar_core.validate import torch_dtype
     dtype = torch_dtype(args.dtype)
     x = make_input(args.seed, T, H, dev, dtype)
     full = make_weights(args.seed, H, I, dev, dtype)
@@ -637,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from rsar_core import GemmRsAr
         comm = dist.group.WORLD if tr else mpi_comm
+        from rsar_core.validate import torch_dtype
         dtype = torch_dtype(args.dtype)
         op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm, dtype=dtype)
         op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm, dtype=dtype)

@@ -13,9 +13,8 @@ from rsar_core.gemm_rsar import GemmRsAr
 def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90a",
                 N: int = 7168, world: int = 2, sm_count: int = 132,
                 dtype: torch.dtype = torch.bfloat16) -> GemmRsAr:
-    from rsar_core.validate import check_dtype
     op = object.__new__(GemmRsAr)
-    op.dtype, op._elem = dtype, check_dtype(dtype)
+    op.dtype = dtype
     op.N, op.world, op.sm_count, op.mode, op.arch = N, world, sm_count, mode, arch
     op.all_reduce, op.transport = mode == "ar", transport
     op.push = default_push(arch, transport, mode)
