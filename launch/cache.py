@@ -50,7 +50,8 @@ class Variant:
     lean_exit: int = 0  # 1: the exit without system fences (protocol.finish_launch)
     tma_store: int = 0  # 1: the plain GEMM stores its output by TMA (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
-    dtype: str = "bf16"  # x, w and the output: "bf16" or "f16" (launch.comm_warps.DTYPES)
+    dtype: str = "bf16"  # the output (and x, w): "bf16" or "f16" (launch.comm_warps.DTYPES)
+    in_dtype: str = ""  # "e4m3": fp8 x and w, scaled (launch.comm_warps.IN_DTYPES); "": dtype
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""
@@ -61,6 +62,7 @@ class Variant:
         tune = "".join(f" {k}={n}" for k, n in self.tuning().items())
         tune += f" push={self.push}" if self.push != "lsu" else ""
         tune += f" {self.dtype}" if self.dtype != "bf16" else ""
+        tune += f" in={self.in_dtype}" if self.in_dtype else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
@@ -158,14 +160,15 @@ def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, a
 
 
 def default_variant(arch: str, world: int, transport: str, plan: TilePlan,
-                    dtype: str = "bf16") -> Variant:
+                    dtype: str = "bf16", in_dtype: str = "") -> Variant:
     """The variant an op that forces nothing launches for ``plan`` (``GemmRsAr``): the
     default push and every default tuning rule above. One definition for what precompiles,
     what the grid's plans pin and what the tests check the op against. The rules do not
-    depend on ``dtype``: fp16 moves the bytes and runs the MMAs bf16 does."""
+    depend on ``dtype``: fp16 moves the bytes and runs the MMAs bf16 does; fp8 operands
+    (``in_dtype``) are planned at half their depth (``launch.plan.plan_depth``)."""
     push = push_for(default_push(arch, transport, plan.mode), plan.mode)
     return Variant(arch, plan.bn, world, plan.mode, transport, plan.cta_group, push=push,
-                   dtype=dtype,
+                   dtype=dtype, in_dtype=in_dtype,
                    peers_first=int(plan.peers_first), pair_n=int(plan.pair_n),
                    stages=default_stages(arch, transport, push, plan),
                    push_all=int(plan.push_all), pdl=int(arch == "sm_90a"),
@@ -187,19 +190,24 @@ def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, push=v.push,
-                               dtype=v.dtype, **v.tuning())
+                               dtype=v.dtype, in_dtype=v.in_dtype, **v.tuning())
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
         if v.tuning() or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
+        if v.in_dtype:
+            raise ValueError(f"fp8 operands ({v.in_dtype}) are sm90's so far; the sm100 "
+                             f"kernel takes bf16 / fp16 x and w")
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, v.dtype)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 
 
 # Argument kinds of the compiled host function, in order (Sm90FusedKernel.__call__ and
-# Sm100FusedKernel.__call__ take the same arguments).
-ARG_KINDS = (["i64"] * 3 + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"] + ["i64"] * 6
-             + ["stream"])
+# Sm100FusedKernel.__call__ take the same arguments): x, w, out, x's and w's scales, the
+# scales' bits (``HEAD_ARGS`` of them, given per call), then the plan's fixed ones.
+ARG_KINDS = (["i64"] * 5 + ["i32"] + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"]
+             + ["i64"] * 6 + ["stream"])
+HEAD_ARGS = 6
 
 
 def example_args() -> list:
@@ -207,8 +215,8 @@ def example_args() -> list:
     import cuda.bindings.driver as cuda
     import cutlass
     i64, i32 = cutlass.Int64, cutlass.Int32
-    return ([i64(0)] * 3 + [i32(128), i32(128), i32(64)] + [i64(0)] * 4 + [i32(0)] * 7
-            + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
+    return ([i64(0)] * 5 + [i32(0)] + [i32(128), i32(128), i32(128)] + [i64(0)] * 4
+            + [i32(0)] * 7 + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
 
 
 def host_target() -> str:

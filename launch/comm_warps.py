@@ -38,6 +38,13 @@ _FOREIGN, _OWN, _MIXED = protocol.TILE_FOREIGN, protocol.TILE_OWN, protocol.TILE
 # The element types a kernel computes, pushes and returns (x, w and the output alike):
 # name -> the CuTe DSL type. Partials and sums stay fp32 inside the kernel either way.
 DTYPES = {"bf16": cutlass.BFloat16, "f16": cutlass.Float16}
+# Operand types narrower than the output (x and w only): name -> the CuTe DSL type. Such a
+# kernel scales each accumulator by x's row scale and w's column scale before rounding it
+# to the output type, as torch._scaled_mm does.
+IN_DTYPES = {"e4m3": cutlass.Float8E4M3FN}
+# Bytes of one k-block row of an operand tile (the TMA's 128-byte swizzle): 64 bf16 / fp16
+# elements, 128 fp8 ones.
+BK_BYTES = 128
 
 
 def element_type(dtype: str) -> type:
@@ -606,11 +613,19 @@ class CommWarps(TileSchedule, PushCtas):
                 r0, r1, r2, r3 = ptx.ld_v4_cg(addr)
         return r0, r1, r2, r3
 
-    def _use_dtype(self, dtype: str) -> None:
-        """The kernel's element type (``DTYPES``): ``elem`` for its tensors and MMA, ``f16``
-        for the pack / unpack below."""
+    def _use_dtype(self, dtype: str, in_dtype: str = "") -> None:
+        """The kernel's element types: ``elem`` (``DTYPES``) for the output and the partials,
+        ``f16`` for the pack / unpack below; ``ab_elem`` for x and w (``in_dtype`` of
+        ``IN_DTYPES``, or "": ``elem``), ``bk`` their k-block, ``scaled`` whether the
+        epilogue applies scales (fp8 operands)."""
         self.elem = element_type(dtype)
         self.f16 = dtype == "f16"
+        if in_dtype and in_dtype not in IN_DTYPES:
+            raise ValueError(f"in_dtype must be one of {tuple(IN_DTYPES)} or '', got "
+                             f"{in_dtype!r}")
+        self.ab_elem = IN_DTYPES[in_dtype] if in_dtype else self.elem
+        self.scaled = bool(in_dtype)
+        self.bk = BK_BYTES * 8 // self.ab_elem.width
 
     def _unpack2(self, u):
         """Two fp32 from a word of two elements (low half first)."""

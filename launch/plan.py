@@ -114,7 +114,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 BM = 128
-BK = 64
+BK = 64  # a bf16 / fp16 k-block; fp8's holds 128 elements in the same bytes (plan_depth)
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
 # Tile widths a kernel may run: sm90 64 / 128 / 160 / 192 / 224 / 256 (64 from the small-M
@@ -147,6 +147,14 @@ SPLIT_ROW_GAIN = 0.8
 PUSH_ALL_MAX_M = 1024
 # Blackwell targets one sm100 kernel source compiles for (B200/GB200: 10.0, B300/GB300: 10.3)
 BLACKWELL = ("sm_100a", "sm_103a")
+
+
+def plan_depth(K: int, in_dtype: str = "") -> int:
+    """The depth K a plan is made for: the call's, or for fp8 operands (``in_dtype``) half of
+    it. An fp8 k-block holds 128 elements in the bytes of 64 bf16 ones and the tensor cores
+    run fp8 at twice bf16's rate, so an fp8 GEMM of depth K loads and computes like a bf16
+    one of depth K / 2, with as many k-blocks: the same tiles, rounds and rules fit it."""
+    return K // 2 if in_dtype else K
 
 
 def ceil_div(a: int, b: int) -> int:

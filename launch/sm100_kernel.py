@@ -100,6 +100,7 @@ class Sm100FusedKernel(CommWarps):
     def __call__(
         self,
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
+        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,  # fp8 operands' (sm90 only so far)
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,

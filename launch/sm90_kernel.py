@@ -46,8 +46,8 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import CommWarps
-from .plan import BK, BM, EPI_N, TILE_NS
+from .comm_warps import BK_BYTES, CommWarps
+from .plan import BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -80,7 +80,7 @@ class Sm90FusedKernel(CommWarps):
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
-                 trace: int = 0, dtype: str = "bf16") -> None:
+                 trace: int = 0, dtype: str = "bf16", in_dtype: str = "") -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -123,8 +123,13 @@ class Sm90FusedKernel(CommWarps):
         and stores of all 96 threads (``_store_role``).
         ``trace``: record event times (``launch.trace``).
         ``dtype``: the element type of x, w, the pushed partials and the output, "bf16" or
-        "f16" (``comm_warps.DTYPES``); the MMA accumulates and reductions sum in fp32 both ways."""
-        self._use_dtype(dtype)
+        "f16" (``comm_warps.DTYPES``); the MMA accumulates and reductions sum in fp32 both ways.
+        ``in_dtype`` "e4m3" (``comm_warps.IN_DTYPES``): x and w are fp8 (128-element k-blocks,
+        fp8 wgmma accumulating in fp32 at the tensor cores' own precision), and the epilogue
+        multiplies each accumulator by x's row scale and w's column scale (launch arguments:
+        two fp32 vectors, each read at stride 0 or 1 as ``scale_bits`` says) before rounding
+        it to ``dtype``; "": x and w are ``dtype``."""
+        self._use_dtype(dtype, in_dtype)
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -199,7 +204,7 @@ class Sm90FusedKernel(CommWarps):
         # thread-store rows), BN=64 8.
         self.tile_bytes = BM * bn * 2
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        ab_bytes = (BM * BK + bn * BK) * 2
+        ab_bytes = (BM + bn) * BK_BYTES  # one k-block of x's and w's tiles
         slot_bytes = BM * self.epi_pitch * 2
         self.epi_slots = epi_slots or self.num_sub
         if stages:
@@ -227,13 +232,14 @@ class Sm90FusedKernel(CommWarps):
     # ------------------------------------------------------------------ host side
     def _layouts(self) -> None:
         row = _ROW_LAYOUT
+        ab, bk = self.ab_elem, self.bk
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            self.elem, self.elem, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
+            ab, ab, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
             (2, 1, 1), tiler_mn=(64, self.bn))
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
-            sm90_utils.get_smem_layout_atom(row, self.elem, BK), self.elem)
-        self.a_smem_staged = cute.tile_to_shape(atom, (BM, BK, self.ab_stage), order=(0, 1, 2))
-        self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, BK, self.ab_stage), order=(0, 1, 2))
+            sm90_utils.get_smem_layout_atom(row, ab, bk), ab)
+        self.a_smem_staged = cute.tile_to_shape(atom, (BM, bk, self.ab_stage), order=(0, 1, 2))
+        self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
 
     def _slot_layout(self, slots: int = 0) -> Any:
         """The sub-tile ring's layout, (BM, EPI_N[, slots]): padded rows, or with bulk-copy
@@ -253,6 +259,7 @@ class Sm90FusedKernel(CommWarps):
     def __call__(
         self,
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
+        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
@@ -262,18 +269,18 @@ class Sm90FusedKernel(CommWarps):
         stream: cuda.CUstream,
     ):
         self._layouts()
-        K = cute.assume(K, divby=BK)
+        K = cute.assume(K, divby=self.bk)
         N = cute.assume(N, divby=8)  # plan.N_ALIGN: rows of 16 bytes
-        a_ptr = cute.make_ptr(self.elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
-        b_ptr = cute.make_ptr(self.elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
+        a_ptr = cute.make_ptr(self.ab_elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
+        b_ptr = cute.make_ptr(self.ab_elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)), (BM, BK),
-            num_multicast=self.mc_a)
+            _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)),
+            (BM, self.bk), num_multicast=self.mc_a)
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
-            (self.bn, BK), num_multicast=self.mc_b)
+            (self.bn, self.bk), num_multicast=self.mc_b)
         # unused arguments in the other variants: the kernel's parameter list is fixed
         tma_c, tma_tC = tma_a, tma_tA
         if cutlass.const_expr(self.tma_store):
@@ -288,16 +295,17 @@ class Sm90FusedKernel(CommWarps):
             ab_mbar: cute.struct.MemRange[Int64, self.ab_stage * 2]
             epi_mbar: cute.struct.MemRange[Int64, self.epi_slots * 2]
             sA: cute.struct.Align[
-                cute.struct.MemRange[self.elem, cute.cosize(self.a_smem_staged)], 1024]
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.a_smem_staged)], 1024]
             sB: cute.struct.Align[
-                cute.struct.MemRange[self.elem, cute.cosize(self.b_smem_staged)], 1024]
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.b_smem_staged)], 1024]
             sC: cute.struct.Align[
                 cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024]
 
         self.shared_storage = SharedStorage
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
-            self.b_smem_staged, out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank,
+            self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, M, N, K, ws, peer_tab,
+            mc_base, err_addr, rank,
             local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
@@ -310,7 +318,8 @@ class Sm90FusedKernel(CommWarps):
         tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
         tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
-        out_addr: Int64, M: Int32, N: Int32, K: Int32,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
         timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
@@ -352,8 +361,8 @@ class Sm90FusedKernel(CommWarps):
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, self.num_mma_wg * 4 * self.cta_group),
-            tx_count=(cute.size_in_bytes(self.elem, a_stage)
-                      + cute.size_in_bytes(self.elem, b_stage)),
+            tx_count=(cute.size_in_bytes(self.ab_elem, a_stage)
+                      + cute.size_in_bytes(self.ab_elem, b_stage)),
             cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
             defer_sync=True,
         )
@@ -372,8 +381,8 @@ class Sm90FusedKernel(CommWarps):
         sC_ptr = storage.sC.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
-        gA = cute.local_tile(mA, (BM, BK), (None, None))
-        gB = cute.local_tile(mB, (self.bn, BK), (None, None))
+        gA = cute.local_tile(mA, (BM, self.bk), (None, None))
+        gB = cute.local_tile(mB, (self.bn, self.bk), (None, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, v_in_pair if self.mc_a > 1 else 0, cute.make_layout(self.mc_a),
             cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
@@ -446,7 +455,8 @@ class Sm90FusedKernel(CommWarps):
             cute.arch.setmaxregister_increase(self.mma_regs)
             mma_args = (tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
                         rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
-                        epi_pipe, ws, cta, timeout_ns, err_addr)
+                        epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr,
+                        scale_bits)
             if cutlass.const_expr(self.push_ctas):
                 if cta >= chunk:  # a push CTA's MMA threads copy with its communication ones
                     self._push_role(tidx - 128 + Int32(_COMM_THREADS), cta, num_ctas,
@@ -523,12 +533,12 @@ class Sm90FusedKernel(CommWarps):
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
-                  epi_pipe, ws, cta, timeout_ns, err_addr):
+                  epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-        acc = cute.make_rmem_tensor(
-            thr_mma.partition_C(cute.make_identity_tensor((BM, self.bn))).shape, Float32)
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, self.bn)))  # (row, col)s
+        acc = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])
 
         r2s_atom = sm90_utils.sm90_get_smem_store_op(_ROW_LAYOUT, elem_ty_d=self.elem,
@@ -581,7 +591,7 @@ class Sm90FusedKernel(CommWarps):
                 rel_state.advance()
                 self._mark(ws, cta, trace.MMA_ACC_DONE, first)
 
-                _, _, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
+                tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 finish = True
                 if cutlass.const_expr(self.sk):
                     # a later piece is stored for its unit's first lane and has no epilogue
@@ -593,6 +603,9 @@ class Sm90FusedKernel(CommWarps):
                         self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
                                      err_addr)
                 if real & finish:
+                    if cutlass.const_expr(self.scaled):
+                        self._apply_scales(acc, tCcC, tm, tn, M, N, sx_addr, sw_addr,
+                                           scale_bits)
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
                             tRS_rD[v] = tRS_rAcc[e * size_rD + v]
@@ -607,6 +620,29 @@ class Sm90FusedKernel(CommWarps):
                     self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
+
+    @cute.jit
+    def _apply_scales(self, acc, tCcC, tm, tn, M, N, sx_addr, sw_addr, scale_bits):
+        """fp8 operands: each accumulator times x's scale for its row and w's for its column
+        (bit 0 / 1 of ``scale_bits``: x's scale per row / w's per column, else one value
+        each). Rows past M and columns past N (a partial tile) read the last row's and
+        column's scale: their products are never stored."""
+        sx = cute.make_tensor(cute.make_ptr(Float32, sx_addr, cute.AddressSpace.gmem,
+                                            assumed_align=4), cute.make_layout(M))
+        sw = cute.make_tensor(cute.make_ptr(Float32, sw_addr, cute.AddressSpace.gmem,
+                                            assumed_align=4), cute.make_layout(N))
+        row_step = scale_bits & Int32(1)
+        col_step = (scale_bits >> Int32(1)) & Int32(1)
+        row0 = tm * Int32(BM)
+        col0 = tn * Int32(self.bn)
+        # unrolled in groups of 8 (one loop of up to 128 steps draws the DSL's warning); the
+        # compiler keeps one load per distinct row and column of the fragment
+        for g in cutlass.range_constexpr(cute.size(acc) // 8):
+            for j in cutlass.range_constexpr(8):
+                r, c = tCcC[8 * g + j]
+                ri = cutlass.min(row0 + r, M - Int32(1)) * row_step
+                ci = cutlass.min(col0 + c, N - Int32(1)) * col_step
+                acc[8 * g + j] = acc[8 * g + j] * (sx[ri] * sw[ci])
 
     # ------------------------------------------------------------------ split-K pieces
     @cute.jit

@@ -12,7 +12,7 @@ import torch
 from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
                           default_prefetch, default_push, default_push_window, default_stages,
                           default_tma_store, default_variant, push_for)
-from launch.plan import BLACKWELL, TilePlan, make_plan, push_plan
+from launch.plan import BLACKWELL, TilePlan, make_plan, plan_depth, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
 
@@ -21,7 +21,8 @@ from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatc
                      UnsupportedError)
 from .ordering import raw_stream
 from .validate import (DTYPES, check_arch_width, check_call, check_construction,
-                       check_dtype, check_out, check_warmup, check_weight, weight_of)
+                       check_dtype, check_input_dtype, check_out, check_scales, check_warmup,
+                       check_weight, weight_of)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -109,14 +110,17 @@ class GemmRsAr:
     device and the current torch stream.
 
     ``dtype``: the element type of x, w and the result, torch.bfloat16 or torch.float16
-    (the kernel accumulates and reduces in fp32 either way). ``timeout_s``: how long the
+    (the kernel accumulates and reduces in fp32 either way). ``input_dtype``
+    torch.float8_e4m3fn (sm90): x and w are fp8 and each call takes their fp32 scales; the
+    result stays ``dtype`` (see ``__call__``). ``timeout_s``: how long the
     kernel waits for a peer before the call fails with ``RsarTimeoutError`` (default:
     ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a ``Workspace`` to share with other ops
     (its ``comm`` is then used; ops of either dtype can share one).
     """
 
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
-                 dtype: torch.dtype = torch.bfloat16, timeout_s: float | None = None,
+                 dtype: torch.dtype = torch.bfloat16, input_dtype: torch.dtype | None = None,
+                 timeout_s: float | None = None,
                  workspace: Workspace | None = None) -> None:
         self._ws: Workspace | None = None
         self._on_close: list = []  # callables close() runs once (rsar_core.torch_op unregisters)
@@ -129,6 +133,8 @@ class GemmRsAr:
         check_construction(max_M, N, bs.world)
         check_dtype(dtype)
         self.dtype = dtype
+        self._in_name = check_input_dtype(input_dtype, dtype)  # "" or "e4m3"
+        self.input_dtype = dtype if not self._in_name else input_dtype
         if timeout_s is None:
             timeout_s = timeout_from_env()
         if not timeout_s > 0:
@@ -141,6 +147,9 @@ class GemmRsAr:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.arch = _arch_of(self.device)
         check_arch_width(N, self.arch)
+        if self._in_name and self.arch in BLACKWELL:
+            raise UnsupportedError(f"fp8 operands run on sm90 (H100/H200) so far; this GPU's "
+                                   f"kernel ({self.arch}) takes bf16 / fp16 x and w")
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self._set_default_knobs()
@@ -175,7 +184,7 @@ class GemmRsAr:
         if self._ws is None or self._ws.closed or self.arch not in KERNEL_ARCHS:
             return False
         try:
-            check_weight(weight_of(w), self.N, self.device, self.dtype)
+            check_weight(weight_of(w), self.N, self.device, self.input_dtype)
         except (TypeError, ValueError):
             return False
         return True
@@ -185,7 +194,8 @@ class GemmRsAr:
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             return False
         M, K = x.shape
-        return 0 < M <= self.max_M and heuristics.fused_wins(self.mode, M, self.N, K, self.world)
+        return 0 < M <= self.max_M and heuristics.fused_wins(
+            self.mode, M, self.N, plan_depth(K, self._in_name), self.world)
 
     def _set_default_knobs(self) -> None:
         """Every ``force_*`` knob (and ``trace``) at its default: the plans and kernels the
@@ -258,7 +268,9 @@ class GemmRsAr:
     def plan(self, M: int, K: int, mode: str | None = None, *,
              band: int | None = None) -> TilePlan:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
-        ``band``: override the tile order's band, as ``force_band`` does)."""
+        ``band``: override the tile order's band, as ``force_band`` does). For fp8 operands
+        its ``K`` is ``launch.plan.plan_depth``'s, half the call's."""
+        K = plan_depth(K, self._in_name)
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
         if self.force_push_ctas and (mode or self.mode) == "ar":
@@ -289,18 +301,28 @@ class GemmRsAr:
         return auto_push_all(mode, self.transport, push_for(self.push, mode))
 
     # ------------------------------------------------------------------ the op
-    def __call__(self, x: torch.Tensor, w: Any, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: Any, *, out: torch.Tensor | None = None,
+                 x_scale: torch.Tensor | None = None,
+                 w_scale: torch.Tensor | None = None) -> torch.Tensor:
         """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
-        ``.weight``), of the op's ``dtype``, on the current stream: RS returns this rank's
-        (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of it,
-        (M, N), on every rank. A fresh tensor, or ``out`` (that dtype, contiguous, shape, on
-        this device, overlapping neither x nor w) filled and returned. Collective: every
-        rank calls with the same M and K. Bad input raises RsarValueError / RsarTypeError
-        before any launch. Inference only: where autograd records x or w, the result's
-        backward raises UnsupportedError."""
+        ``.weight``), of the op's ``input_dtype``, on the current stream: RS returns this
+        rank's (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of
+        it, (M, N), on every rank, of the op's ``dtype``. A fresh tensor, or ``out`` (that
+        dtype, contiguous, shape, on this device, overlapping neither x nor w) filled and
+        returned. Collective: every rank calls with the same M and K. Bad input raises
+        RsarValueError / RsarTypeError before any launch. Inference only: where autograd
+        records x or w, the result's backward raises UnsupportedError.
+
+        fp8 ops (``input_dtype=torch.float8_e4m3fn``) need ``x_scale`` and ``w_scale``,
+        float32 on this device: one value each, or one per row of x (M) / per row of w (N).
+        Each rank's partial is then (x_scale * x) @ (w_scale * w).T, rounded to ``dtype``
+        before the sum, as torch._scaled_mm followed by a collective computes it; the
+        tensor cores accumulate fp8 products at their own precision (cuBLAS's fast
+        accumulation). K is then a multiple of 128."""
         self._require_open()
         self._require_kernel()
-        check_call(x, w, self.max_M, self.N, self.device, self.dtype)
+        check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
+        bits = check_scales(x_scale, w_scale, x.shape[0], self.N, self.device, self._in_name)
         self.check()
         w = weight_of(w)
         M, K = x.shape
@@ -309,14 +331,17 @@ class GemmRsAr:
         if out is None:
             y = torch.empty((rows, self.N), dtype=self.dtype, device=self.device)
         else:
-            check_out(out, (rows, self.N), self.device, x, w)
+            check_out(out, (rows, self.N), self.device, x, w, self.dtype,
+                      extra=(("x_scale", x_scale), ("w_scale", w_scale)))
             y = out
-        self._launch_prepared(prepared, x, w, y)
+        self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
 
     def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
-                  band: int | None = None) -> torch.Tensor:
-        """x @ w.T (M, N) by the same kernel with the communication compiled out.
+                  band: int | None = None, x_scale: torch.Tensor | None = None,
+                  w_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ w.T (M, N) by the same kernel with the communication compiled out (fp8 ops:
+        scaled, as ``__call__`` says).
 
         Not collective; for benchmarks that separate the GEMM from the exchange.
         ``epi_slots``: the sm90 sub-tile ring depth (0: default); ``band``: unit rows per
@@ -324,12 +349,13 @@ class GemmRsAr:
         """
         self._require_open()
         self._require_kernel()
-        check_call(x, w, self.max_M, self.N, self.device, self.dtype)
+        check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
+        bits = check_scales(x_scale, w_scale, x.shape[0], self.N, self.device, self._in_name)
         w = weight_of(w)
         M, K = x.shape
         prepared = self._prepare(M, K, "gemm", epi_slots, band)
         y = torch.empty((M, self.N), dtype=self.dtype, device=self.device)
-        self._launch_prepared(prepared, x, w, y)
+        self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
 
     def warmup(self, Ms: Iterable[int], K: int) -> None:
@@ -340,7 +366,7 @@ class GemmRsAr:
         bad values raise RsarValueError before anything is compiled."""
         self._require_open()
         self._require_kernel()
-        for M in check_warmup(Ms, K, self.max_M):
+        for M in check_warmup(Ms, K, self.max_M, self._in_name):
             self._prepare(M, K, self.mode)
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
@@ -372,7 +398,7 @@ class GemmRsAr:
             compiled_before = CACHE.compile_count
             # the plan's structure as default_variant reads it, then every knob this op forces
             v = replace(default_variant(self.arch, self.world, self.transport, plan,
-                                        DTYPES[self.dtype]),
+                                        DTYPES[self.dtype], self._in_name),
                         epi_slots=epi_slots, push=push,
                         stages=self._stages(plan, push, epi_slots), pdl=pdl,
                         prefetch=prefetch, early_copy=self._early_copy(plan),
@@ -385,7 +411,7 @@ class GemmRsAr:
                 # to finish would spend its peers' compile time in the kernel's spin-waits,
                 # and a compile slower than the time limit would look like a dead peer.
                 self._ws.bootstrap.barrier()
-            hit = self._plans[key] = (plan, fn, self._fixed_args(plan))
+            hit = self._plans[key] = (plan, fn, self._fixed_args(plan, K))
             log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
                       plan.num_tiles, plan.grid)
         return hit
@@ -432,21 +458,27 @@ class GemmRsAr:
                 f"and 10.3 (sm_103a: B300/GB300); "
                 f"check can_run() first")
 
-    def _fixed_args(self, plan: TilePlan) -> tuple[int, ...]:
-        """The launch arguments between the three tensors and the stream: the same for
-        every call of ``plan`` on this op."""
+    def _fixed_args(self, plan: TilePlan, K: int) -> tuple[int, ...]:
+        """The launch arguments between the per-call ones (``HEAD_ARGS``: tensors and
+        scales) and the stream: the same for every call of ``plan`` (at the call's ``K``)
+        on this op."""
         mem, lay = self._ws.mem, self._ws.layout
-        return (plan.M, plan.N, plan.K, mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr,
+        return (plan.M, plan.N, K, mem.local_ptr, mem.peer_ptrs_dev, mem.multicast_ptr,
                 self._ws.err.data_ptr(), self.rank, plan.local_M, plan.padded_M, plan.chunk,
                 plan.rounds, plan.sched_word, plan.grid, self.timeout_ns, lay.arrive_off,
                 lay.result_off, lay.recv_off, lay.recv_region_bytes, lay.part_off, lay.out_off)
 
     def _launch_prepared(self, prepared: tuple[TilePlan, Any, tuple[int, ...]],
-                         x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+                         x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
+                         x_scale: torch.Tensor | None = None, w_scale: torch.Tensor | None = None,
+                         scale_bits: int = 0) -> None:
         _, fn, fixed = prepared
         stream = raw_stream(self.device.index)
         self._ws.order.before_launch(stream, self.device)
-        fn.call_with((x.data_ptr(), w.data_ptr(), y.data_ptr()), fixed, stream)
+        sx = x_scale.data_ptr() if x_scale is not None else 0
+        sw = w_scale.data_ptr() if w_scale is not None else 0
+        fn.call_with((x.data_ptr(), w.data_ptr(), y.data_ptr(), sx, sw, scale_bits), fixed,
+                     stream)
 
     # ------------------------------------------------------------------ profiling
     def clear_trace(self) -> None:

@@ -28,6 +28,38 @@ def reference_sum(seed: int, world: int, M: int, N: int, K: int,
     return acc
 
 
+def rank_fp8_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
+                    per_row: bool = True) -> tuple[torch.Tensor, ...]:
+    """(x, w, x_scale, w_scale) of one rank for an fp8 op: float8_e4m3fn operands of unit
+    spread and float32 scales around 1 (x) and K^-1/2 (w), one per row of x / of w where
+    ``per_row``, else one each."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed * 1013 + rank)
+    x = torch.randn(M, K, generator=g, device=device).to(torch.float8_e4m3fn)
+    w = torch.randn(N, K, generator=g, device=device).to(torch.float8_e4m3fn)
+    shape_x, shape_w = ((M, 1), (N,)) if per_row else ((), ())
+    sx = 0.75 + 0.5 * torch.rand(shape_x, generator=g, device=device)
+    sw = (0.75 + 0.5 * torch.rand(shape_w, generator=g, device=device)) * K ** -0.5
+    return x, w, sx, sw
+
+
+def scaled_product(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
+                   w_scale: torch.Tensor) -> torch.Tensor:
+    """(x_scale * x) @ (w_scale * w).T in float64: what an fp8 op's rank contributes."""
+    xs = x.double() * x_scale.double().reshape(-1, 1)
+    ws = w.double() * w_scale.double().reshape(-1, 1)
+    return xs @ ws.T
+
+
+def reference_fp8_sum(seed: int, world: int, M: int, N: int, K: int, device: torch.device,
+                      per_row: bool = True) -> torch.Tensor:
+    """sum_r of ``scaled_product`` over every rank's ``rank_fp8_inputs``, in float64."""
+    acc = torch.zeros(M, N, dtype=torch.float64, device=device)
+    for r in range(world):
+        acc += scaled_product(*rank_fp8_inputs(seed, r, M, N, K, device, per_row))
+    return acc
+
+
 def rs_rows(full: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     """The RS shard of a full (M, N) result: padded to a multiple of world, rows of rank."""
     M, N = full.shape

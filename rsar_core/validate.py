@@ -11,6 +11,7 @@ from .errors import RsarTypeError, RsarValueError, UnsupportedError
 
 MAX_WORLD = 16
 K_ALIGN = 64
+K_ALIGN_FP8 = 128  # an fp8 k-block (launch.comm_warps.BK_BYTES)
 SM100_N_ALIGN = 128
 # Lets ranks share a GPU (check_one_gpu_per_rank): functional tests on a one-GPU host.
 SHARED_GPU_ENV = "RSAR_ALLOW_SHARED_GPU"
@@ -47,6 +48,64 @@ def check_dtype(dtype: Any) -> str:
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a kernel element type name (the scripts' ``--dtype``)."""
     return {v: k for k, v in DTYPES.items()}[name]
+
+
+# torch dtype -> the kernels' name of operand types narrower than the output
+# (``launch.comm_warps.IN_DTYPES``): x and w of such an op come with scales
+IN_DTYPES = {torch.float8_e4m3fn: "e4m3"}
+
+
+def check_input_dtype(input_dtype: Any, dtype: torch.dtype) -> str:
+    """The kernels' name of an op's operand type: "" where x and w are of the op's
+    ``dtype``, "e4m3" for float8_e4m3fn operands (scaled, results in ``dtype``)."""
+    if input_dtype is None or input_dtype == dtype:
+        return ""
+    if input_dtype not in IN_DTYPES:
+        raise RsarTypeError(f"input_dtype must be None (x and w of dtype {dtype}) or "
+                            f"torch.float8_e4m3fn, got {input_dtype!r}")
+    return IN_DTYPES[input_dtype]
+
+
+def k_align(input_dtype: str) -> int:
+    """K's multiple: one k-block of the operand type (64 bf16 / fp16, 128 fp8 elements)."""
+    return K_ALIGN_FP8 if input_dtype else K_ALIGN
+
+
+def _scale_rows(name: str, s: Any, n: int, what: str, device: torch.device) -> int:
+    """1 where ``s`` holds one fp32 scale per ``what`` (n of them), 0 where it holds one for
+    the whole tensor."""
+    if not isinstance(s, torch.Tensor):
+        raise RsarTypeError(f"{name} must be a torch.Tensor of float32 scales, got "
+                            f"{type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise RsarTypeError(f"{name} must be float32, got {s.dtype}")
+    if s.device != device:
+        raise RsarValueError(f"{name} must be on {device}, got {s.device}")
+    if not s.is_contiguous():
+        raise RsarValueError(f"{name} must be contiguous, got strides {s.stride()}")
+    shape = tuple(s.shape)
+    if s.numel() == 1 and len(shape) <= 2:
+        return 0
+    if len(shape) <= 2 and s.numel() == n and max(shape) == n:
+        return 1
+    raise RsarValueError(f"{name} must hold one scale (shape () or (1,)) or one per {what} "
+                         f"((n,), (n, 1) or (1, n) with n={n}), got shape {shape}")
+
+
+def check_scales(x_scale: Any, w_scale: Any, M: int, N: int, device: torch.device,
+                 input_dtype: str) -> int:
+    """The kernel's scale bits of a call (bit 0: x's scale per row, bit 1: w's per output
+    column): fp8 ops need both scales, others take none."""
+    if not input_dtype:
+        if x_scale is not None or w_scale is not None:
+            raise RsarValueError("x_scale / w_scale are for fp8 operands: this op's x and w are "
+                                 "its dtype (build it with input_dtype=torch.float8_e4m3fn)")
+        return 0
+    if x_scale is None or w_scale is None:
+        raise RsarValueError("an fp8 op needs x_scale and w_scale (float32: one value, or one "
+                             "per row of x / per row of w), as torch._scaled_mm does")
+    return (_scale_rows("x_scale", x_scale, M, "row of x", device)
+            | _scale_rows("w_scale", w_scale, N, "row of w (output column)", device) << 1)
 
 
 def check_arch_width(N: int, arch: str | None) -> None:
@@ -96,10 +155,15 @@ def _check_matrix(name: str, t: Any, device: torch.device, dtype: torch.dtype) -
     if not isinstance(t, torch.Tensor):
         raise RsarTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
-        other = (f"; an op for such inputs is built with dtype={t.dtype}"
-                 if t.dtype in DTYPES else "")
+        other = ""
+        if t.dtype in DTYPES and name != "out":
+            other = (f"; an op for such inputs is built with dtype={t.dtype}"
+                     + (" and input_dtype=None" if dtype in IN_DTYPES else ""))
+        elif t.dtype in IN_DTYPES and name != "out":
+            other = f"; an op for such inputs is built with input_dtype={t.dtype}"
+        role = "input_dtype" if dtype in IN_DTYPES else "dtype"
         raise RsarTypeError(f"{name} must be {str(dtype).removeprefix('torch.')} (this op's "
-                            f"dtype), got {t.dtype}{other}")
+                            f"{role}), got {t.dtype}{other}")
     if t.dim() != 2:
         raise RsarValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
     if t.device != device:
@@ -113,16 +177,20 @@ def _check_matrix(name: str, t: Any, device: torch.device, dtype: torch.dtype) -
 
 def check_weight(w: torch.Tensor, N: int, device: torch.device,
                  dtype: torch.dtype = torch.bfloat16) -> None:
+    """``dtype``: the operands' (the op's input dtype)."""
     _check_matrix("w", w, device, dtype)
     n, k = w.shape
     if n != N:
         raise RsarValueError(f"w must have N={N} rows (w is (N, K)), got {n}")
-    if k <= 0 or k % K_ALIGN:
-        raise RsarValueError(f"K must be a positive multiple of {K_ALIGN}, got K={k}")
+    align = k_align(IN_DTYPES.get(dtype, ""))
+    if k <= 0 or k % align:
+        fp8 = " for fp8 operands" if align != K_ALIGN else ""
+        raise RsarValueError(f"K must be a positive multiple of {align}{fp8}, got K={k}")
 
 
 def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device,
                dtype: torch.dtype = torch.bfloat16) -> None:
+    """``dtype``: the operands' (the op's input dtype)."""
     _check_matrix("x", x, device, dtype)
     w = weight_of(w)
     check_weight(w, N, device, dtype)
@@ -133,15 +201,16 @@ def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device,
         raise RsarValueError(f"x has K={k} but w has K={w.shape[1]}")
 
 
-def check_warmup(Ms: Iterable[Any], K: Any, max_M: int) -> list[int]:
-    """``warmup``'s shapes as ints, each M in 1..max_M and K a positive multiple of K_ALIGN
-    (the limits ``check_call`` puts on a call's tensors)."""
+def check_warmup(Ms: Iterable[Any], K: Any, max_M: int, input_dtype: str = "") -> list[int]:
+    """``warmup``'s shapes as ints, each M in 1..max_M and K a positive multiple of the
+    operand type's k-block (the limits ``check_call`` puts on a call's tensors)."""
     Ms = list(Ms)
     for M in Ms:
         if isinstance(M, bool) or not isinstance(M, int) or not 0 < M <= max_M:
             raise RsarValueError(f"warmup: M must be an int in 1..max_M={max_M}, got {M!r}")
-    if isinstance(K, bool) or not isinstance(K, int) or K <= 0 or K % K_ALIGN:
-        raise RsarValueError(f"warmup: K must be a positive multiple of {K_ALIGN}, got {K!r}")
+    align = k_align(input_dtype)
+    if isinstance(K, bool) or not isinstance(K, int) or K <= 0 or K % align:
+        raise RsarValueError(f"warmup: K must be a positive multiple of {align}, got {K!r}")
     return Ms
 
 
@@ -150,17 +219,19 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
 
 
 def check_out(out: Any, shape: tuple[int, int], device: torch.device, x: torch.Tensor,
-              w: torch.Tensor) -> None:
+              w: torch.Tensor, dtype: torch.dtype | None = None,
+              extra: tuple[tuple[str, Any], ...] = ()) -> None:
     """``out=`` of a call: where the kernel writes the result, so the same rules as the
-    inputs (their dtype too), the call's result shape, and no byte shared with x or w (the
-    kernel reads them while it writes)."""
-    _check_matrix("out", out, device, x.dtype)
+    inputs, of the op's ``dtype`` (default: x's), the call's result shape, and no byte
+    shared with x, w or the (name, tensor) pairs of ``extra`` (fp8 scales; None skipped):
+    the kernel reads them while it writes."""
+    _check_matrix("out", out, device, x.dtype if dtype is None else dtype)
     if tuple(out.shape) != shape:
         raise RsarValueError(f"out must have shape {shape} for this call, got {tuple(out.shape)}")
     if torch.is_grad_enabled() and out.requires_grad:
         raise RsarValueError("out must not require grad (the op is for inference)")
     lo, hi = _byte_range(out)
-    for name, t in (("x", x), ("w", w)):
+    for name, t in (("x", x), ("w", w), *((n, t) for n, t in extra if t is not None)):
         a, b = _byte_range(t)
         if lo < b and a < hi:
             raise RsarValueError(f"out overlaps {name}: the kernel reads {name} while it "

@@ -19,6 +19,11 @@ clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), joined with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
+
+``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
+torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w) and bf16 results; the
+``mm`` column is then torch._scaled_mm with fast accumulation, and plans are made at half
+the depth (``launch.plan.plan_depth``).
 """
 from __future__ import annotations
 
@@ -70,17 +75,21 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     (an unknown width, too many stages; a width that does not divide N ends each tile row
     on a partial tile). ``pair_ctas``: CTAs resident at once
     as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM); ``dtype``: the variant's
-    element type ("bf16" / "f16")."""
+    element type ("bf16" / "f16"; "e4m3": fp8 operands, bf16 results)."""
     from dataclasses import replace
 
     from launch.cache import default_variant
-    from launch.plan import make_plan
+    from launch.comm_warps import IN_DTYPES
+    from launch.plan import make_plan, plan_depth
     knobs = column_knobs(name)
     # variant knobs; the rest are make_plan's
     forced = {k: knobs.pop(k) for k in ("stages", "tma_store") if k in knobs}
-    plan = make_plan(M, N, K, 2, sm_count, "gemm", pair_ctas=pair_ctas, **knobs)
+    in_dtype = dtype if dtype in IN_DTYPES else ""
+    plan = make_plan(M, N, plan_depth(K, in_dtype), 2, sm_count, "gemm", pair_ctas=pair_ctas,
+                     **knobs)
     # as the op launches it, whatever the column forces
-    v = replace(default_variant("sm_90a", 2, "unicast", plan, dtype), **forced)
+    v = replace(default_variant("sm_90a", 2, "unicast", plan, "bf16" if in_dtype else dtype,
+                                in_dtype), **forced)
     if v.stages:
         from launch.sm90_kernel import Sm90FusedKernel
         Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push,
@@ -88,24 +97,45 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     return plan, v
 
 
-def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None) -> list:
+def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
+               scales: str = "") -> list:
     """Random (x, w) pairs (bf16 unless ``dtype``), enough that rotating through them leaves
-    none in L2."""
+    none in L2; fp8 ones with their fp32 (x_scale, w_scale), ``scales`` "tensor" or "row"."""
     import torch
     dtype = dtype or torch.bfloat16
-    nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * 2))))
-    return [(torch.randn(M, K, device=dev).to(dtype),
-             (torch.randn(N, K, device=dev) / K ** 0.5).to(dtype)) for _ in range(nsets)]
+    size = torch.empty((), dtype=dtype).element_size()
+    nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * size))))
+    if dtype != torch.float8_e4m3fn:
+        return [(torch.randn(M, K, device=dev).to(dtype),
+                 (torch.randn(N, K, device=dev) / K ** 0.5).to(dtype)) for _ in range(nsets)]
+    from rsar_core.reference import rank_fp8_inputs
+    return [rank_fp8_inputs(i, 0, M, N, K, dev, per_row=scales == "row") for i in range(nsets)]
 
 
-def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any) -> Any:
-    """``run(x, w)``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``, on the current
-    stream, with a workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers."""
+def scaled_mm(y: Any) -> Any:
+    """torch._scaled_mm into ``y`` on (x, w, x_scale, w_scale): the fp8 anchor (cuBLAS with
+    per-tensor scales), with fast accumulation as the kernel's tensor cores run."""
     import torch
 
-    def run(x: Any, w: Any) -> None:
+    def run(x: Any, w: Any, sx: Any, sw: Any) -> None:
+        rows = sx.numel() > 1
+        torch._scaled_mm(x, w.t(), scale_a=sx.reshape(-1, 1) if rows else sx,
+                         scale_b=sw.reshape(1, -1) if rows else sw, out_dtype=y.dtype,
+                         use_fast_accum=True, out=y)
+    return run
+
+
+def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int) -> Any:
+    """``run(x, w[, x_scale, w_scale])``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``
+    at depth ``K`` (the call's; an fp8 plan's is half of it), on the current stream, with a
+    workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers."""
+    import torch
+
+    def run(x: Any, w: Any, sx: Any = None, sw: Any = None) -> None:
         p = plan
-        fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), p.M, p.N, p.K, ws.data_ptr(), 0, 0,
+        bits = 0 if sx is None else int(sx.numel() > 1) | int(sw.numel() > 1) << 1
+        fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), 0 if sx is None else sx.data_ptr(),
+           0 if sw is None else sw.data_ptr(), bits, p.M, p.N, K, ws.data_ptr(), 0, 0,
            err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
            p.grid, 5_000_000_000, lay.arrive_off, lay.result_off, lay.recv_off,
            lay.recv_region_bytes, lay.part_off, lay.out_off,
@@ -148,8 +178,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=40, help="timed calls per column and block")
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--dtype", choices=["bf16", "f16"], default="bf16",
-                   help="element type of x, w and the output, for both kernels (default bf16)")
+    p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
+                   help="element type of x, w and the output, for both kernels (default "
+                        "bf16; e4m3: fp8 operands, bf16 results, against torch._scaled_mm)")
+    p.add_argument("--scales", choices=["tensor", "row"], default="tensor",
+                   help="with --dtype e4m3: one fp32 scale per operand (cuBLAS's form, the "
+                        "default) or one per row of x and of w")
     a = p.parse_args(argv)
     a.column_list = [c for c in a.columns.split(",") if c]
     for c in a.column_list:
@@ -182,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
-    from rsar_core.validate import torch_dtype
-    dtype = torch_dtype(a.dtype)
+    from rsar_core.validate import IN_DTYPES, torch_dtype
+    fp8 = a.dtype in IN_DTYPES.values()
+    in_dtype = torch.float8_e4m3fn if fp8 else torch_dtype(a.dtype)
+    dtype = torch.bfloat16 if fp8 else in_dtype
     dev = torch.device("cuda", torch.cuda.current_device())
     sm_count = torch.cuda.get_device_properties(dev).multi_processor_count
     lay = WorkspaceLayout.build(max(s[0] for s in a.shape_list), max(s[1] for s in a.shape_list), 2)
@@ -194,10 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     pair_ctas = _pair_ctas(dev.index, sm_count)
     rows = []
     for M, N, K in a.shape_list:
-        sets = input_sets(M, N, K, dev, dtype)
+        sets = input_sets(M, N, K, dev, in_dtype, a.scales)
         nsets = len(sets)
         y = torch.empty(M, N, dtype=dtype, device=dev)
-        cols: dict[str, Any] = {"mm": lambda x, w: torch.mm(x, w.t(), out=y)}
+        cols: dict[str, Any] = {"mm": scaled_mm(y) if fp8 else
+                                (lambda x, w: torch.mm(x, w.t(), out=y))}
         skipped = {}
         for name in a.column_list:
             try:
@@ -205,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as e:
                 skipped[name] = str(e)
                 continue
-            cols[name] = launcher(CACHE.get(v), plan, y, ws, err, lay)
-        ref = sets[0][0].double() @ sets[0][1].double().t()
+            cols[name] = launcher(CACHE.get(v), plan, y, ws, err, lay, K)
+        if fp8:
+            from rsar_core.reference import scaled_product
+            ref = scaled_product(*sets[0])
+        else:
+            ref = sets[0][0].double() @ sets[0][1].double().t()
         errors = {}
         for name, fn in cols.items():
             y.fill_(float("nan"))

@@ -15,7 +15,8 @@ arch and world are compiled too.
     python3 scripts/precompile.py --arch sm_90a --world 2 --out DIR --from-log /tmp/used.jsonl
 
 Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16`` builds both
-(each doubles the work; bf16 only by default).
+(each doubles the work; bf16 only by default). ``e4m3`` builds the variants of fp8 ops
+(``input_dtype=torch.float8_e4m3fn``, bf16 results; sm90 only).
 """
 from __future__ import annotations
 
@@ -42,10 +43,13 @@ def variants(arch: str, world: int, transports: list[str],
     ``sm_counts`` SMs (plans depend on the SM count). The shapes walked cover every default
     plan at 132 SMs (tests/test_precompile.py); at other counts nearly every one (2 of 9000
     random shapes missed at 114 SMs): a variant missed compiles at its first launch and is
-    stored in the cache then. Each of ``dtypes`` ("bf16", "f16") gets the same variants."""
+    stored in the cache then. Each of ``dtypes`` ("bf16", "f16", and "e4m3": fp8 operands
+    with bf16 results, sm90) gets the same variants: an fp8 op of depth K runs the plan of
+    depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are."""
     from dataclasses import astuple
 
     from launch.cache import default_plan, default_variant
+    from launch.comm_warps import IN_DTYPES
     from launch.plan import BLACKWELL
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
@@ -65,7 +69,12 @@ def variants(arch: str, world: int, transports: list[str],
                         for sms in sm_counts:
                             p = default_plan(M, N, K, world, sms, mode, arch, tr)
                             for dt in dtypes:
-                                kinds.add(default_variant(arch, world, tr, p, dt))
+                                if dt in IN_DTYPES:
+                                    if arch not in BLACKWELL:
+                                        kinds.add(default_variant(arch, world, tr, p, "bf16",
+                                                                  dt))
+                                else:
+                                    kinds.add(default_variant(arch, world, tr, p, dt))
     return sorted(kinds, key=astuple)
 
 
@@ -108,7 +117,9 @@ def main() -> int:
                         "114: H100 PCIe, 148: B200); plans depend on it")
     p.add_argument("--dtypes", default="bf16",
                    help="element types to build for, comma-separated: bf16, f16 "
-                        "(GemmRsAr's dtype torch.bfloat16 / torch.float16; default bf16)")
+                        "(GemmRsAr's dtype torch.bfloat16 / torch.float16), e4m3 (fp8 "
+                        "operands, bf16 results: input_dtype=torch.float8_e4m3fn; sm_90a); "
+                        "default bf16")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
@@ -119,10 +130,13 @@ def main() -> int:
     a = p.parse_args()
     if min(a.sm_count) < 1:
         p.error("--sm-count must be positive")
-    from launch.comm_warps import DTYPES
+    from launch.comm_warps import DTYPES, IN_DTYPES
     dtypes = tuple(d.strip() for d in a.dtypes.split(",") if d.strip())
-    if not dtypes or set(dtypes) - set(DTYPES):
-        p.error(f"--dtypes takes a comma-separated list of {', '.join(DTYPES)}; got {a.dtypes!r}")
+    names = (*DTYPES, *IN_DTYPES)
+    if not dtypes or set(dtypes) - set(names):
+        p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
+    if set(dtypes) & set(IN_DTYPES) and a.arch != "sm_90a":
+        p.error(f"fp8 operands ({', '.join(IN_DTYPES)}) run on sm_90a only so far")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
                                        tuple(a.sm_count), dtypes), a.from_log, a.arch, a.world)
     if skipped:

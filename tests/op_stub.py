@@ -12,9 +12,13 @@ from rsar_core.gemm_rsar import GemmRsAr
 
 def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90a",
                 N: int = 7168, world: int = 2, sm_count: int = 132,
-                dtype: torch.dtype = torch.bfloat16) -> GemmRsAr:
+                dtype: torch.dtype = torch.bfloat16,
+                input_dtype: torch.dtype | None = None) -> GemmRsAr:
+    from rsar_core.validate import check_input_dtype
     op = object.__new__(GemmRsAr)
     op.dtype = dtype
+    op._in_name = check_input_dtype(input_dtype, dtype)
+    op.input_dtype = input_dtype or dtype
     op.N, op.world, op.sm_count, op.mode, op.arch = N, world, sm_count, mode, arch
     op.all_reduce, op.transport = mode == "ar", transport
     op.push = default_push(arch, transport, mode)
@@ -31,18 +35,23 @@ def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90
 
 
 def cpu_op(monkeypatch, mode: str = "rs", dtype: torch.dtype = torch.bfloat16,
-           N: int = 128, max_M: int = 64) -> GemmRsAr:
+           N: int = 128, max_M: int = 64, input_dtype: torch.dtype | None = None) -> GemmRsAr:
     """A planning op on the CPU that calls like the real one (checks, plan, output, ``out=``)
-    but whose launch is the float32 product rounded to the output's dtype, rank 0's rows."""
-    op = planning_op(mode, N=N, dtype=dtype)
+    but whose launch is the float32 product (fp8: of the scaled operands) rounded to the
+    output's dtype, rank 0's rows."""
+    op = planning_op(mode, N=N, dtype=dtype, input_dtype=input_dtype)
     op.max_M, op.device = max_M, torch.device("cpu")
     monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
     monkeypatch.setattr(op, "check", lambda: None, raising=False)
     monkeypatch.setattr(op, "_prepare",
                         lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
 
-    def launch(prepared, x, w, y):
-        full = (x.float() @ w.float().t()).to(y.dtype)
+    def launch(prepared, x, w, y, x_scale=None, w_scale=None, bits=0):
+        xf, wf = x.float(), w.float()
+        if x_scale is not None:
+            xf = xf * x_scale.reshape(-1, 1)
+            wf = wf * w_scale.reshape(-1, 1)
+        full = (xf @ wf.t()).to(y.dtype)
         y.copy_(full if mode == "ar" else full[: y.shape[0]])
     monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
     return op

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from launch.cache import ARG_KINDS, CACHE
+from launch.cache import ARG_KINDS, CACHE, HEAD_ARGS
 from launch.fast_call import FastCall
 from op_stub import cpu_op, planning_op
 from rsar_core import RsarTypeError, RsarValueError
@@ -25,21 +25,23 @@ def _bound_call() -> tuple[FastCall, list]:
 
 def test_call_with_stores_what_changed_and_launches_the_whole_argument_list():
     fc, seen = _bound_call()
-    a = tuple(range(100, 121))
-    b = tuple(range(200, 221))
-    fc.call_with((1, 2, 3), a, 7)
-    fc.call_with((4, 5, 6), a, 8)
-    fc.call_with((1, 2, 3), b, 7)
-    fc(*range(24), 9)  # the generic form in between: every cell, and the cache forgotten
-    fc.call_with((1, 2, 3), b, 7)
-    assert seen == [(1, 2, 3, *a, 7), (4, 5, 6, *a, 8), (1, 2, 3, *b, 7),
-                    (*range(24), 9), (1, 2, 3, *b, 7)]
+    n = len(ARG_KINDS) - HEAD_ARGS - 1
+    a = tuple(range(100, 100 + n))
+    b = tuple(range(200, 200 + n))
+    h1, h2 = (1, 2, 3, 0, 0, 0), (4, 5, 6, 11, 12, 3)
+    fc.call_with(h1, a, 7)
+    fc.call_with(h2, a, 8)
+    fc.call_with(h1, b, 7)
+    fc(*range(len(ARG_KINDS) - 1), 9)  # the generic form in between: every cell, the cache forgotten
+    fc.call_with(h1, b, 7)
+    assert seen == [(*h1, *a, 7), (*h2, *a, 8), (*h1, *b, 7),
+                    (*range(len(ARG_KINDS) - 1), 9), (*h1, *b, 7)]
 
 
 def test_call_with_refuses_a_short_argument_list():
     fc, seen = _bound_call()
-    with pytest.raises(ValueError, match="25 arguments expected"):
-        fc.call_with((1, 2, 3), tuple(range(20)), 7)
+    with pytest.raises(ValueError, match=f"{len(ARG_KINDS)} arguments expected"):
+        fc.call_with((1, 2, 3, 0, 0, 0), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 2)), 7)
     assert seen == []
 
 
@@ -47,8 +49,8 @@ def test_call_with_without_the_fast_path_calls_the_generic_one():
     got: list = []
     fc = FastCall(lambda *a: got.append(a), ARG_KINDS)
     assert not fc.fast
-    fc.call_with((1, 2, 3), tuple(range(21)), 0)
-    assert len(got) == 1 and [int(v) for v in got[0][:3]] == [1, 2, 3]
+    fc.call_with((1, 2, 3, 4, 5, 1), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 1)), 0)
+    assert len(got) == 1 and [int(v) for v in got[0][:6]] == [1, 2, 3, 4, 5, 1]
 
 
 class _Stream:

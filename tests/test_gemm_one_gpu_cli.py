@@ -57,6 +57,26 @@ def test_columns_are_the_plans_they_name():
     half = mod.column_plan("c1+bn256", 2048, 7168, 4096, dtype="f16")
     assert half[0] == bf[0] and bf[1].dtype == "bf16"
     assert half[1] == dataclasses.replace(bf[1], dtype="f16")
+    # --dtype e4m3: fp8 operands at depth K run the bf16 plan of depth K / 2
+    f8 = mod.column_plan("default", 2048, 7168, 8192, dtype="e4m3")
+    half_depth = mod.column_plan("default", 2048, 7168, 4096)
+    assert f8[0] == half_depth[0] and f8[1] == dataclasses.replace(half_depth[1], in_dtype="e4m3")
+
+
+def test_fp8_inputs_and_the_scaled_mm_anchor():
+    import torch
+    mod = _module()
+    sets = mod.input_sets(64, 128, 256, torch.device("cpu"), torch.float8_e4m3fn, "row")
+    assert len(sets) >= 2 and all(len(s) == 4 for s in sets)
+    x, w, sx, sw = sets[0]
+    assert x.dtype == w.dtype == torch.float8_e4m3fn and sx.shape == (64, 1) and sw.shape == (128,)
+    y = torch.empty(64, 128, dtype=torch.bfloat16)
+    mod.scaled_mm(y)(x, w, sx, sw)
+    want = (x.double() * sx.double()) @ (w.double() * sw.double().reshape(-1, 1)).t()
+    assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
+    x, w, sx, sw = mod.input_sets(64, 128, 256, torch.device("cpu"), torch.float8_e4m3fn,
+                                  "tensor")[0]
+    assert sx.shape == () and sw.shape == ()
 
 
 def test_stages_column_is_checked_against_shared_memory():

@@ -47,7 +47,7 @@ def test_the_op_call_marks_its_result(monkeypatch):
     monkeypatch.setattr(op, "_prepare",
                         lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
 
-    def launch(prepared, x, w, y):
+    def launch(prepared, x, w, y, *scales):
         y.copy_((x.float() @ w.float().t()).bfloat16())
     monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
 

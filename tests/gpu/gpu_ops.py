@@ -12,10 +12,12 @@ _OPS: dict = {}
 
 
 def get_op(comm, N: int, ar: bool, max_M: int = MAX_M,
-           dtype: torch.dtype = torch.bfloat16) -> GemmRsAr:
-    key = (N, ar, max_M, dtype)
+           dtype: torch.dtype = torch.bfloat16,
+           input_dtype: torch.dtype | None = None) -> GemmRsAr:
+    key = (N, ar, max_M, dtype, input_dtype)
     if key not in _OPS:
-        _OPS[key] = GemmRsAr(max_M=max_M, N=N, all_reduce=ar, comm=comm, dtype=dtype)
+        _OPS[key] = GemmRsAr(max_M=max_M, N=N, all_reduce=ar, comm=comm, dtype=dtype,
+                             input_dtype=input_dtype)
     return _OPS[key]
 
 

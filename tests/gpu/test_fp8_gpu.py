@@ -1,0 +1,157 @@
+"""Ops built with input_dtype=torch.float8_e4m3fn: scaled fp8 operands, bf16 / fp16 results.
+RS and AR on every plan family, per-tensor and per-row scales, the GEMM alone against
+torch._scaled_mm, partial tiles, out=, an fp8 op and a bf16 op on one workspace, and bad
+input refused before a good call; against float64 references on NaN-poisoned outputs.
+
+mpirun -n 2 python -m pytest -q tests/gpu/test_fp8_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_ops import get_op
+from rsar_core import GemmRsAr, RsarTypeError, RsarValueError, Workspace
+from rsar_core.reference import (rank_fp8_inputs, reference_fp8_sum, rel_error, rs_rows,
+                                 scaled_product)
+from test_fused_gpu import TOL, check, knobs
+
+FP8 = torch.float8_e4m3fn
+
+
+def _dev() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _op(comm, N: int, ar: bool, max_M: int = 4096, dtype: torch.dtype = torch.bfloat16):
+    return get_op(comm, N, ar, max_M=max_M, dtype=dtype, input_dtype=FP8)
+
+
+def check_fp8(op: GemmRsAr, seed: int, M: int, K: int, per_row: bool = True) -> None:
+    x, w, sx, sw = rank_fp8_inputs(seed, op.rank, M, op.N, K, _dev(), per_row)
+    rows = M if op.all_reduce else op.plan(M, K).local_M
+    for _ in range(2):  # the second call has its plan and kernel: its output is the bait
+        bait = torch.full((rows, op.N), float("nan"), dtype=op.dtype, device=_dev())
+        ptr = bait.data_ptr()
+        del bait
+        y = op(x, w, x_scale=sx, w_scale=sw)
+        if y.data_ptr() == ptr:
+            break
+    else:
+        raise AssertionError("allocator did not reuse the poisoned block")
+    torch.cuda.synchronize()
+    op.check()
+    assert y.dtype == op.dtype and y.shape == (rows, op.N)
+    ref = reference_fp8_sum(seed, op.world, M, op.N, K, _dev(), per_row)
+    if not op.all_reduce:
+        ref = rs_rows(ref, op.rank, op.world)
+    assert not torch.isnan(y).any(), f"unwritten rows (M={M} K={K})"
+    err = rel_error(y, ref)
+    assert err < TOL, f"rel error {err:.3g} (M={M} N={op.N} K={K} ar={op.all_reduce})"
+    if not op.all_reduce:
+        padded_from = M - op.rank * y.shape[0]
+        if 0 <= padded_from < y.shape[0]:
+            assert (y[padded_from:] == 0).all(), "padding rows must be zero"
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", [384, 7168])
+@pytest.mark.parametrize("K", [128, 2048, 8192])
+@pytest.mark.parametrize("M", [1, 128, 129, 700, 1000, 4096])
+def test_default_plans(comm, M, N, K, ar):
+    """What an fp8 op runs by default (planned at half its K): push-all and pairs along N
+    at one tile row, peers-first, the flat order and the split-K tail, 2x1 clusters."""
+    check_fp8(_op(comm, N, ar), seed=M * 3 + K + N, M=M, K=K)
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["tensor", "row"])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("M,K", [(1, 1024), (300, 4096), (2048, 2048)])
+def test_scale_kinds(comm, M, K, ar, per_row):
+    check_fp8(_op(comm, 7168, ar), seed=M + K + per_row, M=M, K=K, per_row=per_row)
+
+
+@pytest.mark.parametrize("forced", [
+    dict(force_cta_group=1), dict(force_cta_group=2), dict(force_peers_first=True, force_cta_group=1),
+    dict(force_bn=64), dict(force_bn=128, force_sk=True, force_cta_group=1)],
+    ids=["c1", "c2", "c1pf", "bn64", "bn128sk"])
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("M,K", [(129, 2048), (1000, 8192), (4096, 2048)])
+def test_forced_plans(comm, M, K, ar, forced):
+    op = _op(comm, 7168, ar)
+    with knobs(op, **forced):
+        check_fp8(op, seed=M + 7 * K + len(forced), M=M, K=K)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("N", [2880, 1000])
+@pytest.mark.parametrize("M,K", [(1, 1024), (300, 4096), (1000, 128)])
+def test_partial_tiles(comm, M, N, K, ar):
+    """N that ends each tile row on a partial tile: the last columns' scales are clamped."""
+    check_fp8(_op(comm, N, ar), seed=M + 5 * N + K, M=M, K=K)
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["tensor", "row"])
+@pytest.mark.parametrize("M,N,K", [(1, 7168, 1024), (320, 7168, 4096), (2048, 7168, 2048),
+                                   (4096, 8192, 8192), (1000, 2880, 2048), (300, 1000, 128)])
+def test_gemm_only_against_scaled_mm(comm, M, N, K, per_row):
+    """The GEMM alone against the float64 product of the scaled fp8 inputs, and close to
+    torch._scaled_mm with fast accumulation (cuBLAS / CUTLASS) on the same inputs."""
+    op = _op(comm, N, False, max_M=4096)
+    x, w, sx, sw = rank_fp8_inputs(M + N + K, op.rank, M, N, K, _dev(), per_row)
+    op.gemm_only(x, w, x_scale=sx, w_scale=sw)
+    y = op.gemm_only(x, w, x_scale=sx, w_scale=sw)
+    torch.cuda.synchronize()
+    ref = scaled_product(x, w, sx, sw)
+    assert y.dtype == torch.bfloat16 and not torch.isnan(y).any()
+    assert rel_error(y, ref) < 4e-3
+    sa = sx.reshape(M, 1) if per_row else sx
+    sb = sw.reshape(1, N) if per_row else sw
+    theirs = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                              use_fast_accum=True)
+    assert rel_error(y, theirs.double()) < 4e-3
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_fp16_results_and_out(comm, ar):
+    """fp8 operands, fp16 results, into ``out=``."""
+    op = _op(comm, 1024, ar, dtype=torch.float16)
+    M, K = 640, 2048
+    x, w, sx, sw = rank_fp8_inputs(21, op.rank, M, op.N, K, _dev())
+    rows = M if ar else op.plan(M, K).local_M
+    out = torch.full((rows, op.N), float("nan"), dtype=torch.float16, device=_dev())
+    assert op(x, w, x_scale=sx, w_scale=sw, out=out) is out
+    torch.cuda.synchronize()
+    ref = reference_fp8_sum(21, op.world, M, op.N, K, _dev())
+    ref = ref if ar else rs_rows(ref, op.rank, op.world)
+    assert rel_error(out, ref) < TOL
+
+
+def test_fp8_and_bf16_ops_share_a_workspace(comm):
+    with Workspace(max_M=2048, N=1024, comm=comm) as ws:
+        f8 = GemmRsAr(2048, 1024, all_reduce=True, input_dtype=FP8, workspace=ws)
+        bf = GemmRsAr(2048, 1024, all_reduce=False, workspace=ws)
+        try:
+            for i, (M, K) in enumerate([(1000, 1024), (64, 4096), (2048, 128)]):
+                check_fp8(f8, seed=200 + i, M=M, K=K)
+                check(bf, seed=300 + i, M=M, K=K)
+        finally:
+            f8.close()
+            bf.close()
+
+
+def test_bad_input_is_refused_and_the_op_stays_usable(comm):
+    op = _op(comm, 384, True)
+    x, w, sx, sw = rank_fp8_inputs(5, op.rank, 64, op.N, 256, _dev())
+    with pytest.raises(RsarValueError, match="x_scale and w_scale"):
+        op(x, w)
+    with pytest.raises(RsarValueError, match="one per row of x"):
+        op(x, w, x_scale=sx[:10], w_scale=sw)
+    with pytest.raises(RsarTypeError, match="float32"):
+        op(x, w, x_scale=sx.double(), w_scale=sw)
+    with pytest.raises(RsarTypeError, match="input_dtype"):
+        op(x.float().bfloat16(), w, x_scale=sx, w_scale=sw)
+    x64, w64, sx64, sw64 = rank_fp8_inputs(5, op.rank, 64, op.N, 192, _dev())
+    with pytest.raises(RsarValueError, match="multiple of 128"):
+        op(x64, w64, x_scale=sx64, w_scale=sw64)
+    check_fp8(op, seed=6, M=64, K=256)
