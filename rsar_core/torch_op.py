@@ -10,6 +10,8 @@ A custom op cannot take a Python object, so the schema carries an integer ``hand
 names a live GemmRsAr in this module's registry:
 
     rsar::gemm_rsar(Tensor x, Tensor w, int handle) -> Tensor
+    rsar::gemm_rsar_scaled(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle)
+        -> Tensor                                     # ops built with fp8 input_dtype
 
 - ``register(op)`` returns the handle (idempotent per instance); ``unregister(op)`` drops it.
   The registry holds the op weakly: a collected op leaves it by itself (weakref.finalize),
@@ -19,9 +21,9 @@ names a live GemmRsAr in this module's registry:
   it captures into a CUDA graph like a direct call. Every rank must make the same calls in
   the same order, compiled or not (the op is collective).
 - The fake (meta) kernel gives the output shape from the registered op's world, N and
-  all_reduce: RS ``(ceil(M / world), N)``, AR ``(M, N)``, of x's dtype (which must be the
-  op's: bfloat16 or float16); ceil-div on SymInts,
-  so one dynamic-shape graph serves every M.
+  all_reduce: RS ``(ceil(M / world), N)``, AR ``(M, N)``, of the op's dtype (x and w
+  must be its input dtype: the scaled op's fp8, the plain op's the result's); ceil-div on
+  SymInts, so one dynamic-shape graph serves every M.
 - Handles are never reused in a process, and a handle encodes ``(world, N, all_reduce)``
   besides a serial number. A compiled graph that has the handle as a constant therefore
   means the same output shapes in any process that hands out the same handle, which keeps
@@ -43,9 +45,11 @@ from torch import nn
 
 from .errors import ClosedError, RsarError, RsarTypeError, RsarValueError
 
-__all__ = ["OP_NAME", "register", "unregister", "lookup", "gemm_rsar", "RowParallelLinear"]
+__all__ = ["OP_NAME", "SCALED_OP_NAME", "register", "unregister", "lookup", "gemm_rsar",
+           "gemm_rsar_scaled", "RowParallelLinear"]
 
 OP_NAME = "rsar::gemm_rsar"
+SCALED_OP_NAME = "rsar::gemm_rsar_scaled"
 
 # handle = serial << 40 | N << 6 | world << 1 | all_reduce  (serial >= 1, so handle > 0)
 _N_BITS, _WORLD_BITS = 34, 5
@@ -157,8 +161,30 @@ def _gemm_rsar(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tensor:
     return lookup(handle)(x, w)
 
 
+@torch.library.custom_op(SCALED_OP_NAME, mutates_args=(), device_types="cuda",
+                         schema="(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle)"
+                                " -> Tensor")
+def _gemm_rsar_scaled(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
+                      w_scale: torch.Tensor, handle: int) -> torch.Tensor:
+    """The fp8 op behind ``handle`` on scaled operands (``GemmRsAr.__call__``)."""
+    return lookup(handle)(x, w, x_scale=x_scale, w_scale=w_scale)
+
+
 @_gemm_rsar.register_fake
 def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tensor:
+    return _fake(x, w, handle, scaled=False)
+
+
+@_gemm_rsar_scaled.register_fake
+def _gemm_rsar_scaled_fake(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
+                           w_scale: torch.Tensor, handle: int) -> torch.Tensor:
+    for name, t in (("x_scale", x_scale), ("w_scale", w_scale)):
+        if t.dtype != torch.float32:
+            raise RsarTypeError(f"{SCALED_OP_NAME}: {name} must be float32, got {t.dtype}")
+    return _fake(x, w, handle, scaled=True)
+
+
+def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool) -> torch.Tensor:
     handle = int(handle)
     op = lookup(handle)
     world, N, all_reduce = int(op.world), int(op.N), bool(op.all_reduce)
@@ -172,9 +198,15 @@ def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tens
     torch._check(x.shape[1] == w.shape[1],
                  lambda: f"{OP_NAME}: x has K={x.shape[1]} but w has K={w.shape[1]}")
     dtype = op.dtype
-    if x.dtype != dtype or w.dtype != dtype:
-        raise RsarTypeError(f"{OP_NAME}: x and w must be {dtype} (the op's dtype), got "
-                             f"{x.dtype} and {w.dtype}")
+    in_dtype = getattr(op, "input_dtype", dtype)
+    if scaled != (in_dtype != dtype):
+        raise RsarTypeError(
+            f"{SCALED_OP_NAME if scaled else OP_NAME}: the op behind handle {handle} takes "
+            + (f"{in_dtype} operands with scales: call {SCALED_OP_NAME}" if not scaled else
+               f"{in_dtype} operands without scales: call {OP_NAME}"))
+    if x.dtype != in_dtype or w.dtype != in_dtype:
+        raise RsarTypeError(f"{OP_NAME}: x and w must be {in_dtype} (the op's input dtype), "
+                             f"got {x.dtype} and {w.dtype}")
     M = x.shape[0]
     rows = M if all_reduce else (M + world - 1) // world
     return x.new_empty((rows, N), dtype=dtype)
@@ -193,24 +225,51 @@ def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
     return torch.ops.rsar.gemm_rsar(x, w, h)
 
 
+def gemm_rsar_scaled(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
+                     w_scale: torch.Tensor, op: Any) -> torch.Tensor:
+    """``torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, register(op))``, for an op
+    built with an fp8 ``input_dtype`` (registration as in ``gemm_rsar``)."""
+    h = getattr(op, _ATTR, None)
+    if h is None:
+        h = register(op)
+    return torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, h)
+
+
 class RowParallelLinear(nn.Module):
     """``y = reduce_scatter(x @ weight.T)`` (RS op) or ``all_reduce(...)`` (AR op).
 
-    ``weight``: this rank's (N, K) shard, of the op's dtype, on the op's device. Kept as a Parameter
-    (``requires_grad=False`` unless a Parameter is passed in); the module holds ``op``
-    alive, so its handle stays valid for the module's life (close the op yourself).
+    ``weight``: this rank's (N, K) shard, of the op's input dtype, on the op's device. Kept
+    as a Parameter (``requires_grad=False`` unless a Parameter is passed in); the module
+    holds ``op`` alive, so its handle stays valid for the module's life (close the op
+    yourself). For an fp8 op, ``weight_scale`` (float32: one value, or one per row of
+    ``weight``) is kept as a buffer and ``forward(x, x_scale)`` takes the activations'
+    scales (one value, or one per row of x) with the fp8 x they quantized.
     """
 
-    def __init__(self, op: Any, weight: torch.Tensor) -> None:
+    def __init__(self, op: Any, weight: torch.Tensor,
+                 weight_scale: torch.Tensor | None = None) -> None:
         super().__init__()
         if weight.dim() != 2 or weight.shape[0] != op.N:
             raise RsarValueError(f"weight must be (N={op.N}, K), got {tuple(weight.shape)}")
+        self.scaled = getattr(op, "input_dtype", op.dtype) != op.dtype
+        if self.scaled != (weight_scale is not None):
+            raise RsarValueError("weight_scale is for (and needed by) ops with an fp8 "
+                                 "input_dtype" if self.scaled else
+                                 "weight_scale is for ops with an fp8 input_dtype only")
         self.op = op
         self.handle = register(op)
         self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(
             weight, requires_grad=False)
+        self.register_buffer("weight_scale", weight_scale)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if self.scaled:
+            if x_scale is None:
+                raise RsarValueError("an fp8 RowParallelLinear needs x_scale with x")
+            return torch.ops.rsar.gemm_rsar_scaled(x, self.weight, x_scale, self.weight_scale,
+                                                   self.handle)
+        if x_scale is not None:
+            raise RsarValueError("x_scale is for an fp8 RowParallelLinear only")
         return torch.ops.rsar.gemm_rsar(x, self.weight, self.handle)
 
     def extra_repr(self) -> str:

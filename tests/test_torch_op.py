@@ -42,9 +42,10 @@ class StandIn:
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_kernel():
     """The CUDA kernel (registry lookup + call) for CPU tensors too; once per process."""
-    opdef = torch_op._gemm_rsar
-    if "cpu" not in opdef._backend_fns:
-        torch.library.register_kernel(torch_op.OP_NAME, "cpu", torch_op._gemm_rsar._init_fn)
+    for name, opdef in ((torch_op.OP_NAME, torch_op._gemm_rsar),
+                        (torch_op.SCALED_OP_NAME, torch_op._gemm_rsar_scaled)):
+        if "cpu" not in opdef._backend_fns:
+            torch.library.register_kernel(name, "cpu", opdef._init_fn)
     yield
 
 
@@ -305,4 +306,101 @@ def test_helper_registers_on_first_compiled_call():
     assert torch.equal(cf(x), s(x, w))
     assert lookup(register(s)) is s
     assert torch.equal(cf(x), s(x, w))
+    unregister(s)
+
+
+# ------------------------------------------------------------------ fp8 operands
+class ScaledStandIn(StandIn):
+    """An fp8 op's stand-in: fp8 x and w with float32 scales, results in ``dtype``."""
+
+    input_dtype = torch.float8_e4m3fn
+
+    def __call__(self, x, w, *, x_scale=None, w_scale=None):
+        self.calls += 1
+        assert x.dtype == w.dtype == self.input_dtype and x_scale is not None
+        full = (x.float() * x_scale.reshape(-1, 1)) @ (w.float() * w_scale.reshape(-1, 1)).T
+        if not self.all_reduce:
+            full = rs_rows(full, self.rank, self.world)
+        return full.to(self.dtype).contiguous()
+
+
+def _fp8_inputs(M: int, N: int, K: int, seed: int = 0):
+    from rsar_core.reference import rank_fp8_inputs
+    return rank_fp8_inputs(seed, 0, M, N, K, torch.device("cpu"))
+
+
+def test_scaled_schema():
+    ov = torch.ops.rsar.gemm_rsar_scaled.default
+    assert str(ov._schema) == ("rsar::gemm_rsar_scaled(Tensor x, Tensor w, Tensor x_scale, "
+                               "Tensor w_scale, int handle) -> Tensor")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.SCALED_OP_NAME, "CUDA")
+
+
+@pytest.mark.parametrize("ar", [False, True])
+def test_scaled_fake_and_opcheck(ar):
+    s = ScaledStandIn(256, ar)
+    h = register(s)
+    for M in (3, 64):
+        x, w, sx, sw = _fp8_inputs(M, 256, 128, seed=M)
+        # test_schema compares the inputs before and after, which the CPU cannot do in fp8
+        torch.library.opcheck(torch.ops.rsar.gemm_rsar_scaled.default, (x, w, sx, sw, h),
+                              test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+    with FakeTensorMode():
+        x = torch.empty(64, 128, dtype=torch.float8_e4m3fn)
+        w = torch.empty(256, 128, dtype=torch.float8_e4m3fn)
+        sx, sw = torch.empty(64, 1), torch.empty(())
+        y = torch.ops.rsar.gemm_rsar_scaled(x, w, sx, sw, h)
+        assert y.shape == (_rows(64, 2, ar), 256) and y.dtype == torch.bfloat16
+        with pytest.raises(TypeError, match="x_scale must be float32"):
+            torch.ops.rsar.gemm_rsar_scaled(x, w, sx.double(), sw, h)
+        with pytest.raises(TypeError, match="with scales: call rsar::gemm_rsar_scaled"):
+            torch.ops.rsar.gemm_rsar(x, w, h)
+        with pytest.raises(TypeError, match="must be torch.float8_e4m3fn"):
+            torch.ops.rsar.gemm_rsar_scaled(x.to(torch.bfloat16), w, sx, sw, h)
+    unregister(s)
+
+
+def test_a_plain_op_refuses_the_scaled_call():
+    h = register(s := StandIn(256, False))
+    with FakeTensorMode():
+        x, w = torch.empty(8, 128, dtype=torch.bfloat16), torch.empty(256, 128, dtype=torch.bfloat16)
+        with pytest.raises(TypeError, match="without scales: call rsar::gemm_rsar$"):
+            torch.ops.rsar.gemm_rsar_scaled(x, w, torch.empty(()), torch.empty(()), h)
+    unregister(s)
+
+
+@pytest.mark.parametrize("ar", [False, True])
+def test_scaled_row_parallel_linear_compiles_to_one_graph(ar):
+    s = ScaledStandIn(128, ar)
+    x, w, sx, sw = _fp8_inputs(16, 128, 256)
+    m = RowParallelLinear(s, w, weight_scale=sw)
+    assert torch.equal(m.weight_scale, sw) and "weight_scale" in m.state_dict()
+    want = m(x, sx)
+    ref = ((x.double() * sx.double()) @ (w.double() * sw.double().reshape(-1, 1)).T)
+    ref = ref if ar else rs_rows(ref, 0, 2)
+    assert torch.allclose(want.double(), ref, rtol=2e-2, atol=1e-2)
+    cnt = CompileCounterWithBackend("aot_eager")
+    got = torch.compile(m, backend=cnt, fullgraph=True)(x, sx)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert cnt.frame_count == 1
+    with pytest.raises(ValueError, match="needs x_scale"):
+        m(x)
+
+
+def test_row_parallel_linear_weight_scale_rules():
+    _, w = _inputs(1, 128, 64)
+    with pytest.raises(ValueError, match="for ops with an fp8 input_dtype only"):
+        RowParallelLinear(StandIn(128, False), w, weight_scale=torch.ones(()))
+    with pytest.raises(ValueError, match="x_scale is for an fp8"):
+        RowParallelLinear(StandIn(128, False), w)(torch.ones(4, 64).bfloat16(), torch.ones(()))
+    _, w8, _, _ = _fp8_inputs(1, 128, 128)
+    with pytest.raises(ValueError, match="needed by"):
+        RowParallelLinear(ScaledStandIn(128, False), w8)
+
+
+def test_scaled_helper():
+    s = ScaledStandIn(128, True)
+    x, w, sx, sw = _fp8_inputs(8, 128, 128)
+    y = torch_op.gemm_rsar_scaled(x, w, sx, sw, s)
+    assert y.shape == (8, 128) and s.calls == 1
     unregister(s)
