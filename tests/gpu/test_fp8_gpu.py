@@ -96,7 +96,8 @@ def test_partial_tiles(comm, M, N, K, ar):
                                    (4096, 8192, 8192), (1000, 2880, 2048), (300, 1000, 128)])
 def test_gemm_only_against_scaled_mm(comm, M, N, K, per_row):
     """The GEMM alone against the float64 product of the scaled fp8 inputs, and close to
-    torch._scaled_mm with fast accumulation (cuBLAS / CUTLASS) on the same inputs."""
+    torch._scaled_mm with fast accumulation (cuBLAS / CUTLASS) on the same inputs (where
+    it takes N)."""
     op = _op(comm, N, False, max_M=4096)
     x, w, sx, sw = rank_fp8_inputs(M + N + K, op.rank, M, N, K, _dev(), per_row)
     op.gemm_only(x, w, x_scale=sx, w_scale=sw)
@@ -105,6 +106,8 @@ def test_gemm_only_against_scaled_mm(comm, M, N, K, per_row):
     ref = scaled_product(x, w, sx, sw)
     assert y.dtype == torch.bfloat16 and not torch.isnan(y).any()
     assert rel_error(y, ref) < 4e-3
+    if N % 16:
+        return  # torch._scaled_mm takes N in multiples of 16
     sa = sx.reshape(M, 1) if per_row else sx
     sb = sw.reshape(1, N) if per_row else sw
     theirs = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
