@@ -301,9 +301,9 @@ class GemmRsAr:
         return auto_push_all(mode, self.transport, push_for(self.push, mode))
 
     # ------------------------------------------------------------------ the op
-    def __call__(self, x: torch.Tensor, w: Any, *, out: torch.Tensor | None = None,
-                 x_scale: torch.Tensor | None = None,
-                 w_scale: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
+                 w_scale: torch.Tensor | None = None, *,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
         ``.weight``), of the op's ``input_dtype``, on the current stream: RS returns this
         rank's (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of
@@ -337,9 +337,9 @@ class GemmRsAr:
         self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
 
-    def gemm_only(self, x: torch.Tensor, w: Any, *, epi_slots: int = 0,
-                  band: int | None = None, x_scale: torch.Tensor | None = None,
-                  w_scale: torch.Tensor | None = None) -> torch.Tensor:
+    def gemm_only(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
+                  w_scale: torch.Tensor | None = None, *, epi_slots: int = 0,
+                  band: int | None = None) -> torch.Tensor:
         """x @ w.T (M, N) by the same kernel with the communication compiled out (fp8 ops:
         scaled, as ``__call__`` says).
 

@@ -16,6 +16,13 @@ block per column once left the fused RS at the grid's last shape 5-17% slower th
 else). Inputs rotate over sets that together exceed L2 several times. The calls are queued behind a GPU sleep, so each event pair
 times GPU work only; the host's cost per call is the separate *_host column. torch_rs (which
 blocks the host inside each call) is timed back to back instead.
+
+``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, cuBLAS's
+form; ``row``: per row of x and of w) and bf16 results. ``mm`` is then torch._scaled_mm
+(fast accumulation, as the tensor cores accumulate fp8 in the fused kernel), ``mm_rs`` /
+``mm_ar`` it followed by NCCL, and ``torch_rs``
+torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter; every GemmRsAr column takes the
+scales with the inputs. The link bound counts the bf16 result's bytes as before.
 """
 from __future__ import annotations
 
@@ -94,8 +101,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="time each shape's columns in a seeded random order (the same on every "
                         "rank), to tell a column's own time from an effect of what ran before it")
-    p.add_argument("--dtype", choices=["bf16", "f16"], default="bf16",
-                   help="element type of every column's inputs and outputs (default bf16)")
+    p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
+                   help="element type of every column's inputs and outputs (default bf16; "
+                        "e4m3: fp8 inputs with fp32 scales, bf16 outputs)")
+    p.add_argument("--scales", choices=["tensor", "row"], default="tensor",
+                   help="with --dtype e4m3: one scale per operand (default) or one per row "
+                        "of x and of w")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -116,8 +127,11 @@ class Bench:
                                 rank=self.rank, world_size=self.world, device_id=self.dev)
         self.group = dist.group.WORLD
         self.args = args
-        from rsar_core.validate import torch_dtype
-        self.dtype = torch_dtype(args.dtype)
+        from rsar_core.validate import IN_DTYPES, torch_dtype
+        self.fp8 = args.dtype in IN_DTYPES.values()
+        # the result's type; fp8 operands come with bf16 results
+        self.dtype = torch.bfloat16 if self.fp8 else torch_dtype(args.dtype)
+        self.input_dtype = torch.float8_e4m3fn if self.fp8 else None
         self.skip = set(filter(None, args.skip.split(",")))
         self.retried = 0  # timed blocks taken again because the stream ran dry (samples)
         self.only = set(filter(None, args.only.split(",")))
@@ -161,6 +175,18 @@ class Bench:
             self.retried += 1
             self.comm.Barrier()
         return [a.elapsed_time(b) for a, b in zip(starts, ends)]
+
+    def input_sets(self, M: int, N: int, K: int) -> list[tuple]:
+        """This rank's input sets of a shape: (x, w), or for fp8 (x, w, x_scale, w_scale);
+        enough that rotating through them leaves none in L2."""
+        from rsar_core.reference import rank_fp8_inputs, rank_inputs
+        size = 1 if self.fp8 else 2
+        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * size))))
+        if self.fp8:
+            return [rank_fp8_inputs(1000 + i, self.rank, M, N, K, self.dev,
+                                    per_row=self.args.scales == "row") for i in range(nsets)]
+        return [rank_inputs(1000 + i, self.rank, M, N, K, self.dev, dtype=self.dtype)
+                for i in range(nsets)]
 
     def sleep_cycles(self, iters: int) -> int:
         """GPU clock cycles that outlast the host enqueueing ``iters`` calls (~150 us each
@@ -206,36 +232,39 @@ class Bench:
     # ---------------------------------------------------------------- one shape
     def shape(self, M: int, N: int, K: int, ops: dict, bw: float) -> dict:
         torch, dist = self.torch, self.dist
-        from rsar_core.reference import rank_inputs
         W = self.world
         Mp = -(-M // W) * W
-        per = (M * K + N * K) * 2
-        nsets = max(2, min(8, math.ceil(3 * L2_BYTES / per)))
         dt = self.dtype
-        sets = [rank_inputs(1000 + i, self.rank, M, N, K, self.dev, dtype=dt)
-                for i in range(nsets)]
-        padded = [(torch.nn.functional.pad(x, (0, 0, 0, Mp - M)), w) for x, w in sets]
+        sets = self.input_sets(M, N, K)
+        padded = [_pad_rows(s, Mp) for s in sets]
         full = torch.randn(Mp, N, device=self.dev).to(dt)
         rs_out = torch.empty(Mp // W, N, dtype=dt, device=self.dev)
         it, wu = self.args.iters, self.args.warmup
+        product = _scaled_mm(dt) if self.fp8 else (lambda x, w: torch.mm(x, w.t()))
 
-        def mm(x, w):
-            return torch.mm(x, w.t())
+        def mm_rs(*a):
+            dist.reduce_scatter_tensor(rs_out, product(*a))
 
-        def mm_rs(x, w):
-            dist.reduce_scatter_tensor(rs_out, torch.mm(x, w.t()))
+        def mm_ar(*a):
+            dist.all_reduce(product(*a))
 
-        def mm_ar(x, w):
-            dist.all_reduce(torch.mm(x, w.t()))
+        group = self.group.group_name
+        if self.fp8:
+            def torch_rs(x, w, sx, sw):
+                return torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(
+                    x, w.t(), sx, sw.reshape(1, -1) if sw.numel() > 1 else sw, "sum", 0, 0,
+                    group, [Mp, N], None, None, dt, True)
+        else:
+            def torch_rs(x, w):
+                return torch.ops.symm_mem.fused_matmul_reduce_scatter(x, w.t(), "sum", 0, group)
 
         cols = {
-            "mm": (mm, sets),
-            "nccl_rs": (lambda x, w: dist.reduce_scatter_tensor(rs_out, full), sets),
-            "nccl_ar": (lambda x, w: dist.all_reduce(full[:M]), sets),
+            "mm": (product, sets),
+            "nccl_rs": (lambda *a: dist.reduce_scatter_tensor(rs_out, full), sets),
+            "nccl_ar": (lambda *a: dist.all_reduce(full[:M]), sets),
             "mm_rs": (mm_rs, padded),
             "mm_ar": (mm_ar, sets),
-            "torch_rs": (lambda x, w: torch.ops.symm_mem.fused_matmul_reduce_scatter(
-                x, w.t(), "sum", 0, self.group.group_name), padded),
+            "torch_rs": (torch_rs, padded),
             "rsar_rs": (ops["rs"], sets),
             "rsar_ar": (ops["ar"], sets),
             "gemm_only": (ops["rs"].gemm_only, sets),
@@ -245,7 +274,7 @@ class Bench:
                 for slots in (0, 2):
                     if band != BAND_TILE_ROWS or slots:
                         cols[f"gemm_b{band}_s{slots}"] = (
-                            lambda x, w, b=band, s=slots: ops["rs"].gemm_only(x, w, band=b, epi_slots=s),
+                            lambda *a, b=band, s=slots: ops["rs"].gemm_only(*a, band=b, epi_slots=s),
                             sets)
         if self.args.plan_sweep:
             for cg in (1, 2):
@@ -257,7 +286,7 @@ class Bench:
                                            sets)
             for band in (4, 8):  # 2x1 clusters walking bands of pair-tile rows (L2 reuse)
                 cols[f"gemm_c2_b{band}"] = (_forced(
-                    ops["rs"], 2, None, lambda x, w, b=band: ops["rs"].gemm_only(x, w, band=b),
+                    ops["rs"], 2, None, lambda *a, b=band: ops["rs"].gemm_only(*a, band=b),
                     push=ops["rs"].push), sets)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 for band in (0, 8, 32):  # the default plan in other tile orders (0: row-major)
@@ -396,8 +425,10 @@ class Bench:
         gemm_best = min((v for k, v in t.items() if k in ("mm", "gemm_only")), default=0.0)
         rs_bytes = M * N * 2 * (W - 1) / W
         link_rs = rs_bytes / (bw * 1e9) * 1e6 if bw else 0.0
-        row = dict(M=M, N=N, K=K, world=W, us=t, peer_gbps=bw,
+        row = dict(M=M, N=N, K=K, world=W, dtype=self.args.dtype, us=t, peer_gbps=bw,
                    bound_rs=max(gemm_best, link_rs), bound_ar=max(gemm_best, 2 * link_rs))
+        if self.fp8:
+            row["scales"] = self.args.scales
         row["ratios"] = _ratios(t, row)
         row["iqr_pct"] = {name: iqr for name, (_, iqr) in stats.items()}
         return row
@@ -424,7 +455,7 @@ class Bench:
         t0 = time.time()
         for N in grid["N"]:
             ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm,
-                               dtype=self.dtype)
+                               dtype=self.dtype, input_dtype=self.input_dtype)
                    for m in ("rs", "ar")}
             if self.args.lean_exit:  # every fused column, forced ones too
                 for op in ops.values():
@@ -461,16 +492,40 @@ def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False
 def _with(op, fn, **knobs):
     """fn with op's attributes ``knobs`` (force_band, force_stages, force_pdl, ...) set for the
     call, and restored after it."""
-    def call(x, w):
+    def call(*inputs):  # (x, w), or (x, w, x_scale, w_scale)
         before = {k: getattr(op, k) for k in knobs}
         for k, v in knobs.items():
             setattr(op, k, v)
         try:
-            return fn(x, w)
+            return fn(*inputs)
         finally:
             for k, v in before.items():
                 setattr(op, k, v)
     return call
+
+
+def _pad_rows(inputs: tuple, Mp: int) -> tuple:
+    """An input set with x (and a per-row x_scale) padded with zero rows to ``Mp``: what the
+    unfused reduce-scatter and torch's fused op take (M a multiple of the world size)."""
+    import torch
+    x, w, *scales = inputs
+    pad = Mp - x.shape[0]
+    x = torch.nn.functional.pad(x, (0, 0, 0, pad))
+    if scales and scales[0].numel() > 1:
+        scales[0] = torch.nn.functional.pad(scales[0], (0, 0, 0, pad), value=1.0)
+    return (x, w, *scales)
+
+
+def _scaled_mm(out_dtype):
+    """torch._scaled_mm on (x, w, x_scale, w_scale) with fast accumulation: the fp8 anchor."""
+    import torch
+
+    def product(x, w, sx, sw):
+        rows = sx.numel() > 1
+        return torch._scaled_mm(x, w.t(), scale_a=sx.reshape(-1, 1) if rows else sx,
+                                scale_b=sw.reshape(1, -1) if rows else sw, out_dtype=out_dtype,
+                                use_fast_accum=True)
+    return product
 
 
 def spread(ms: list[float]) -> tuple[float, float]:

@@ -131,3 +131,23 @@ def test_calls_that_block_the_host_are_timed_once_without_a_sleep():
     assert b.samples(lambda x: None, [(1,)], 2, warmup=0, queued=False) == [0.01] * 2
     assert fake.sleeps == [] and b.retried == 0
     assert b.comm.allgathers == 0  # nothing to agree on
+
+
+def test_fp8_inputs_pad_with_their_row_scales_and_the_anchor_scales_them():
+    """--dtype e4m3: the unfused reduce-scatter's padded x keeps per-row scales in step (the
+    padding rows' scales are 1 on zero rows), a per-tensor scale stays one value, and the
+    torch._scaled_mm anchor applies both forms."""
+    import torch
+    from rsar_core.reference import rank_fp8_inputs, scaled_product
+    cpu = torch.device("cpu")
+    for per_row in (True, False):
+        inputs = rank_fp8_inputs(1, 0, 5, 32, 128, cpu, per_row)
+        x, w, sx, sw = bench._pad_rows(inputs, 6)
+        assert x.shape == (6, 128) and x.dtype == torch.float8_e4m3fn and w is inputs[1]
+        assert not x[5].float().any() and torch.equal(x[:5].float(), inputs[0].float())
+        assert sx.shape == ((6, 1) if per_row else ()) and sw is inputs[3]
+        y = bench._scaled_mm(torch.bfloat16)(*inputs)
+        want = scaled_product(*inputs)
+        assert y.dtype == torch.bfloat16
+        assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
+    assert bench._pad_rows((torch.ones(6, 8), torch.ones(4, 8)), 6)[0].shape == (6, 8)
