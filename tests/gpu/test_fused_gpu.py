@@ -20,8 +20,10 @@ from launch.plan import sk_pieces
 TOL = 1e-2
 
 
-def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Hand the op's output allocation a block full of NaN, so unwritten rows show.
+def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor,
+                  *scales: torch.Tensor) -> torch.Tensor:
+    """Hand the op's output allocation a block full of NaN, so unwritten rows show
+    (``scales``: an fp8 op's x_scale and w_scale).
 
     A call that compiles or plans first may take other blocks from the caching allocator on
     the way and be handed a different one for its output (seen once in 1761 tests); the
@@ -31,7 +33,7 @@ def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tenso
         bait = torch.full((rows, op.N), float("nan"), dtype=op.dtype, device=x.device)
         ptr = bait.data_ptr()
         del bait
-        y = op(x, w)
+        y = op(x, w, *scales)
         if y.data_ptr() == ptr:
             return y
     raise AssertionError("allocator did not reuse the poisoned block")
@@ -54,10 +56,15 @@ def check(op: GemmRsAr, seed: int, M: int, K: int) -> None:
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(seed, op.rank, M, op.N, K, dev, dtype=op.dtype)
     y = poisoned_call(op, x, w)
+    check_result(op, y, reference_sum(seed, op.world, M, op.N, K, dev, dtype=op.dtype), M, K)
+
+
+def check_result(op: GemmRsAr, y: torch.Tensor, ref: torch.Tensor, M: int, K: int) -> None:
+    """``y`` of a call against the full (M, N) sum ``ref``: this rank's rows for RS, zero
+    padding rows past M, no NaN of the poisoned output left, within TOL."""
     torch.cuda.synchronize()
     op.check()
     assert y.dtype == op.dtype
-    ref = reference_sum(seed, op.world, M, op.N, K, dev, dtype=op.dtype)
     if not op.all_reduce:
         ref = rs_rows(ref, op.rank, op.world)
     assert y.shape == ref.shape
