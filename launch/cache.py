@@ -195,10 +195,8 @@ def kernel_for(v: Variant) -> Any:
         from .sm100_kernel import Sm100FusedKernel
         if v.tuning() or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
-        if v.in_dtype:
-            raise ValueError(f"fp8 operands ({v.in_dtype}) are sm90's so far; the sm100 "
-                             f"kernel takes bf16 / fp16 x and w")
-        return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, v.dtype)
+        return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, v.dtype,
+                                v.in_dtype)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 
 

@@ -4,7 +4,8 @@ Compiled and PTX-checked on CPU-only CI; it has not run on a Blackwell GPU here 
 
 Warp roles (288 threads, one CTA per SM, persistent over the round schedule of ``launch.plan``):
 - warps 0-3 (epilogue, 128 threads): thread i owns TMEM lane / tile row i; per 32-column
-  sub-tile: ``tcgen05.ld`` of the fp32 accumulator row, round to bf16 / fp16, 64 bytes into a
+  sub-tile: ``tcgen05.ld`` of the fp32 accumulator row (fp8 operands: times the row's and
+  each column's scale), round to bf16 / fp16, 64 bytes into a
   slot of the sub-tile ring ``sC`` (128 x 32 per slot, row pitch EPI_PITCH) - the exact format the
   communication warps consume on sm90 - through a PipelineAsync (consumer: the 96 comm threads);
 - warp 4 (MMA): ``tcgen05.mma`` from the A/B smem ring into a double-buffered TMEM
@@ -32,8 +33,8 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import EPI_PITCH as _EPI_PITCH
-from .comm_warps import CommWarps
-from .plan import BK, BM, EPI_N
+from .comm_warps import BK_BYTES, CommWarps
+from .plan import BM, EPI_N
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -52,11 +53,13 @@ _SMEM_BYTES = 232448  # sm_100 dynamic shared memory per block
 
 
 class Sm100FusedKernel(CommWarps):
-    """One compiled variant: (BN, world, mode, transport, cta_group, dtype)."""
+    """One compiled variant: (BN, world, mode, transport, cta_group, dtype, in_dtype)."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
-                 dtype: str = "bf16") -> None:
-        self._use_dtype(dtype)  # x, w, partials and output; fp32 accumulators
+                 dtype: str = "bf16", in_dtype: str = "") -> None:
+        # partials and output of ``dtype``; x and w of ``in_dtype`` (fp8: scaled in the
+        # epilogue, ``Sm90FusedKernel``) or the same; fp32 accumulators
+        self._use_dtype(dtype, in_dtype)
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -72,9 +75,9 @@ class Sm100FusedKernel(CommWarps):
         self.threads = _THREADS
         self.num_sub = bn // EPI_N
         self.tile_bytes = BM * bn * 2
-        self.mma_tiler = (BM * cta_group, bn, BK)
-        # per CTA and stage: 128 rows of x, BN / cta_group rows of w
-        ab_bytes = (BM * BK + (bn // cta_group) * BK) * 2
+        self.mma_tiler = (BM * cta_group, bn, self.bk)
+        # per CTA and stage: 128 rows of x, BN / cta_group rows of w, one k-block each
+        ab_bytes = (BM + bn // cta_group) * BK_BYTES
         slot_bytes = BM * _EPI_PITCH * 2
         self.epi_slots = 4
         if (_SMEM_BYTES - 2048 - 4 * slot_bytes) // ab_bytes < 4:
@@ -87,20 +90,20 @@ class Sm100FusedKernel(CommWarps):
     def _layouts(self) -> None:
         group = tcgen05.CtaGroup.TWO if self.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.tiled_mma = utils.sm100.make_trivial_tiled_mma(
-            self.elem, self.elem, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K,
-            Float32, group, self.mma_tiler[:2])
+            self.ab_elem, self.ab_elem, cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K, Float32, group, self.mma_tiler[:2])
         self.cluster_layout_vmnk = cute.tiled_divide(
             cute.make_layout((self.cta_group, 1, 1)), (self.tiled_mma.thr_id.shape,))
         self.a_smem_staged = utils.sm100.make_smem_layout_a(
-            self.tiled_mma, self.mma_tiler, self.elem, self.ab_stage)
+            self.tiled_mma, self.mma_tiler, self.ab_elem, self.ab_stage)
         self.b_smem_staged = utils.sm100.make_smem_layout_b(
-            self.tiled_mma, self.mma_tiler, self.elem, self.ab_stage)
+            self.tiled_mma, self.mma_tiler, self.ab_elem, self.ab_stage)
 
     @cute.jit
     def __call__(
         self,
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
-        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,  # fp8 operands' (sm90 only so far)
+        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
@@ -110,10 +113,10 @@ class Sm100FusedKernel(CommWarps):
         stream: cuda.CUstream,
     ):
         self._layouts()
-        K = cute.assume(K, divby=BK)
+        K = cute.assume(K, divby=self.bk)
         N = cute.assume(N, divby=128)
-        a_ptr = cute.make_ptr(self.elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
-        b_ptr = cute.make_ptr(self.elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
+        a_ptr = cute.make_ptr(self.ab_elem, x_addr, cute.AddressSpace.gmem, assumed_align=16)
+        b_ptr = cute.make_ptr(self.ab_elem, w_addr, cute.AddressSpace.gmem, assumed_align=16)
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
 
@@ -125,8 +128,8 @@ class Sm100FusedKernel(CommWarps):
         tma_b, tma_tB = cute.nvgpu.make_tiled_tma_atom_B(
             utils.sm100.cluster_shape_to_tma_atom_B((self.cta_group, 1), self.tiled_mma.thr_id),
             mB, b_stage, self.mma_tiler, self.tiled_mma, self.cluster_layout_vmnk.shape)
-        self.tma_bytes = (cute.size_in_bytes(self.elem, a_stage)
-                          + cute.size_in_bytes(self.elem, b_stage)) * self.cta_group
+        self.tma_bytes = (cute.size_in_bytes(self.ab_elem, a_stage)
+                          + cute.size_in_bytes(self.ab_elem, b_stage)) * self.cta_group
 
         @cute.struct
         class SharedStorage:
@@ -136,9 +139,9 @@ class Sm100FusedKernel(CommWarps):
             tmem_dealloc_mbar: Int64
             tmem_addr: Int32
             sA: cute.struct.Align[
-                cute.struct.MemRange[self.elem, cute.cosize(self.a_smem_staged)], 1024]
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.a_smem_staged)], 1024]
             sB: cute.struct.Align[
-                cute.struct.MemRange[self.elem, cute.cosize(self.b_smem_staged)], 1024]
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.b_smem_staged)], 1024]
             sC: cute.struct.Align[
                 cute.struct.MemRange[self.elem, BM * _EPI_PITCH * self.epi_slots], 128]
 
@@ -146,9 +149,9 @@ class Sm100FusedKernel(CommWarps):
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, self.tiled_mma, self.cluster_layout_vmnk,
             self.a_smem_staged, self.b_smem_staged,
-            out_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
-            chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
-            part_off, out_off,
+            out_addr, sx_addr, sw_addr, scale_bits, M, N, K, ws, peer_tab, mc_base, err_addr,
+            rank, local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off,
+            recv_off, region_bytes, part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
                  min_blocks_per_mp=1, stream=stream)
 
@@ -159,7 +162,8 @@ class Sm100FusedKernel(CommWarps):
         tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
         tiled_mma: cute.TiledMma, cluster_layout_vmnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
-        out_addr: Int64, M: Int32, N: Int32, K: Int32,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
         timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
@@ -303,7 +307,8 @@ class Sm100FusedKernel(CommWarps):
             tmem_ptr = tmem.retrieve_ptr(Float32)
             tmem_base = ptx.ld_shared_u32(storage.tmem_addr.ptr.toint())
             self._epilogue_role(tidx, warp_idx, lane, cta, rank, rounds, chunk, lag, num_tiles,
-                                tiles_m, tiles_n, local_M, tmem_base, sC_ptr, acc_pipe, epi_pipe)
+                                tiles_m, tiles_n, local_M, tmem_base, sC_ptr, acc_pipe, epi_pipe,
+                                M, sx_addr, sw_addr, scale_bits)
             pipeline.NamedBarrier(barrier_id=_BAR_EPI, num_threads=32 * _EPI_WARPS).arrive_and_wait()
             tmem.relinquish_alloc_permit()
             tmem.free(tmem_ptr)
@@ -325,9 +330,12 @@ class Sm100FusedKernel(CommWarps):
     # ------------------------------------------------------------------ epilogue warps
     @cute.jit
     def _epilogue_role(self, tidx, warp_idx, lane, cta, rank, rounds, chunk, lag, num_tiles,
-                       tiles_m, tiles_n, local_M, tmem_base, sC_ptr, acc_pipe, epi_pipe):
+                       tiles_m, tiles_n, local_M, tmem_base, sC_ptr, acc_pipe, epi_pipe,
+                       M, sx_addr, sw_addr, scale_bits):
         """TMEM -> registers -> bf16 -> the sub-tile ring: thread ``tidx`` owns row ``tidx``
-        of the CTA's 128-row tile (TMEM lane ``tidx``), 64 bytes per 32-column sub-tile."""
+        of the CTA's 128-row tile (TMEM lane ``tidx``), 64 bytes per 32-column sub-tile.
+        fp8 operands: each value times x's scale for the row and w's for the column
+        (``scale_bits`` as on sm90; whole tiles only here, so no column is past N)."""
         row_smem = sC_ptr.toint() + tidx * Int32(_EPI_PITCH * 2)
         lane_addr = tmem_base + ((warp_idx * Int32(32)) << Int32(16))
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, _ACC_STAGES)
@@ -339,6 +347,9 @@ class Sm100FusedKernel(CommWarps):
                 # the tile the communication warps see: -1 for a zero-filled padding half
                 t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
                                     local_M)
+                s_row = Float32(1.0)
+                if cutlass.const_expr(self.scaled):
+                    s_row = self._row_scale(t, tiles_n, tidx, M, sx_addr, scale_bits)
                 acc_pipe.consumer_wait(acc_state)
                 col0 = lane_addr + acc_state.index * Int32(self.bn)
                 for e in cutlass.range_constexpr(self.num_sub):
@@ -349,6 +360,8 @@ class Sm100FusedKernel(CommWarps):
                         with cute.arch.elect_one():
                             acc_pipe.consumer_release(acc_state)
                     if t >= Int32(0):
+                        if cutlass.const_expr(self.scaled):
+                            v = self._scaled_row(v, t, tiles_n, e, s_row, sw_addr, scale_bits)
                         packed = [self._pack2(v[2 * i], v[2 * i + 1]) for i in range(16)]
                         epi_pipe.producer_acquire(epi_state)
                         dst = row_smem + epi_state.index * Int32(BM * _EPI_PITCH * 2)
@@ -358,3 +371,23 @@ class Sm100FusedKernel(CommWarps):
                         epi_pipe.producer_commit(epi_state)
                         epi_state.advance()
                 acc_state.advance()
+
+    @cute.jit
+    def _row_scale(self, t, tiles_n, tidx, M, sx_addr, scale_bits):
+        """fp8 operands: x's scale for this thread's row of tile ``t`` (a row past M, or a
+        padding tile's, reads the last or the first row's: never stored)."""
+        sx = cute.make_tensor(cute.make_ptr(Float32, sx_addr, cute.AddressSpace.gmem,
+                                            assumed_align=4), cute.make_layout(M))
+        tm = cutlass.max(t, Int32(0)) // tiles_n
+        return sx[cutlass.min(tm * Int32(BM) + tidx, M - Int32(1)) * (scale_bits & Int32(1))]
+
+    @cute.jit
+    def _scaled_row(self, v, t, tiles_n, e, s_row, sw_addr, scale_bits):
+        """The 32 accumulators of sub-tile ``e`` of this thread's row of tile ``t``, times
+        the row's x scale ``s_row`` and each column's w scale."""
+        tn = t - (t // tiles_n) * tiles_n
+        sw = cute.make_tensor(cute.make_ptr(Float32, sw_addr, cute.AddressSpace.gmem,
+                                            assumed_align=4), cute.make_layout(tiles_n * self.bn))
+        col_step = (scale_bits >> Int32(1)) & Int32(1)
+        col0 = tn * Int32(self.bn) + Int32(e * EPI_N)
+        return [v[j] * (s_row * sw[(col0 + Int32(j)) * col_step]) for j in range(EPI_N)]

@@ -111,7 +111,7 @@ class GemmRsAr:
 
     ``dtype``: the element type of x, w and the result, torch.bfloat16 or torch.float16
     (the kernel accumulates and reduces in fp32 either way). ``input_dtype``
-    torch.float8_e4m3fn (sm90): x and w are fp8 and each call takes their fp32 scales; the
+    torch.float8_e4m3fn: x and w are fp8 and each call takes their fp32 scales; the
     result stays ``dtype`` (see ``__call__``). ``timeout_s``: how long the
     kernel waits for a peer before the call fails with ``RsarTimeoutError`` (default:
     ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a ``Workspace`` to share with other ops
@@ -147,9 +147,6 @@ class GemmRsAr:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.arch = _arch_of(self.device)
         check_arch_width(N, self.arch)
-        if self._in_name and self.arch in BLACKWELL:
-            raise UnsupportedError(f"fp8 operands run on sm90 (H100/H200) so far; this GPU's "
-                                   f"kernel ({self.arch}) takes bf16 / fp16 x and w")
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self._set_default_knobs()

@@ -16,7 +16,7 @@ arch and world are compiled too.
 
 Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16`` builds both
 (each doubles the work; bf16 only by default). ``e4m3`` builds the variants of fp8 ops
-(``input_dtype=torch.float8_e4m3fn``, bf16 results; sm90 only).
+(``input_dtype=torch.float8_e4m3fn``, bf16 results).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def variants(arch: str, world: int, transports: list[str],
     plan at 132 SMs (tests/test_precompile.py); at other counts nearly every one (2 of 9000
     random shapes missed at 114 SMs): a variant missed compiles at its first launch and is
     stored in the cache then. Each of ``dtypes`` ("bf16", "f16", and "e4m3": fp8 operands
-    with bf16 results, sm90) gets the same variants: an fp8 op of depth K runs the plan of
+    with bf16 results) gets the same variants: an fp8 op of depth K runs the plan of
     depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are."""
     from dataclasses import astuple
 
@@ -70,9 +70,7 @@ def variants(arch: str, world: int, transports: list[str],
                             p = default_plan(M, N, K, world, sms, mode, arch, tr)
                             for dt in dtypes:
                                 if dt in IN_DTYPES:
-                                    if arch not in BLACKWELL:
-                                        kinds.add(default_variant(arch, world, tr, p, "bf16",
-                                                                  dt))
+                                    kinds.add(default_variant(arch, world, tr, p, "bf16", dt))
                                 else:
                                     kinds.add(default_variant(arch, world, tr, p, dt))
     return sorted(kinds, key=astuple)
@@ -118,7 +116,7 @@ def main() -> int:
     p.add_argument("--dtypes", default="bf16",
                    help="element types to build for, comma-separated: bf16, f16 "
                         "(GemmRsAr's dtype torch.bfloat16 / torch.float16), e4m3 (fp8 "
-                        "operands, bf16 results: input_dtype=torch.float8_e4m3fn; sm_90a); "
+                        "operands, bf16 results: input_dtype=torch.float8_e4m3fn); "
                         "default bf16")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
@@ -135,8 +133,6 @@ def main() -> int:
     names = (*DTYPES, *IN_DTYPES)
     if not dtypes or set(dtypes) - set(names):
         p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
-    if set(dtypes) & set(IN_DTYPES) and a.arch != "sm_90a":
-        p.error(f"fp8 operands ({', '.join(IN_DTYPES)}) run on sm_90a only so far")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
                                        tuple(a.sm_count), dtypes), a.from_log, a.arch, a.world)
     if skipped:

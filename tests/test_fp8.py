@@ -178,12 +178,6 @@ def test_reference_fp8_sum_adds_each_ranks_scaled_product():
     assert rank_fp8_inputs(3, 0, 5, 16, 128, CPU, per_row=False)[2].shape == ()
 
 
-def test_sm100_refuses_fp8_operands():
-    from launch.cache import kernel_for
-    with pytest.raises(ValueError, match="sm90's so far"):
-        kernel_for(Variant("sm_100a", 256, 2, "rs", "unicast", 2, in_dtype="e4m3"))
-
-
 def test_unknown_in_dtype_is_refused():
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="in_dtype must be one of"):
@@ -228,6 +222,19 @@ def test_fp8_variant_ptx(ptx_of, v):
     # each a 4-byte global load
     assert len(re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)) >= 2 + v.bn // 4
     assert_protocol_ptx(ptx, v)
+
+
+@pytest.mark.parametrize("v", [
+    Variant("sm_100a", 256, 2, "rs", "unicast", 2, in_dtype="e4m3"),
+    Variant("sm_100a", 128, 2, "gemm", "unicast", in_dtype="e4m3")],
+    ids=lambda v: v.describe().replace(" ", "-"))
+def test_sm100_fp8_variant_ptx(ptx_of, v):
+    """Blackwell (compiled, not run): tcgen05 fp8 MMAs, one row scale a tile and one column
+    scale per value of each 32-column sub-tile."""
+    ptx = ptx_of(v)
+    assert set(re.findall(r"tcgen05\.mma\.cta_group::\d\.kind::(\w+)", ptx)) == {"f8f6f4"}
+    assert "cvt.rn.bf16x2.f32" in ptx
+    assert len(re.findall(r"ld\.global\.b32", ptx)) == 1 + v.bn
 
 
 def test_a_bf16_variant_has_no_fp8_or_scale(ptx_of):
