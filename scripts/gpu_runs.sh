@@ -11,6 +11,9 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
+#   fp8     (2 GPUs) fp8 operands: the fp8 suite, then the quick grid against torch._scaled_mm
+#           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand
+#           and per-row scales (bench.py --dtype e4m3); precompile with --dtypes bf16,e4m3
 #
 # RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
 # machine; a stale entry is never used, it is compiled again). A step that runs past its limit
@@ -18,7 +21,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-[ $# -gt 0 ] || { echo "no STEP given (sweep, grid, checks, gemm1)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "no STEP given (sweep, grid, checks, gemm1, fp8)" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # the steps run from the repository root
 cd "$(dirname "$0")/.."
@@ -43,7 +46,14 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
+    fp8)
+      step fp8_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py
+      for sc in tensor row; do
+        step "fp8_$sc" 300 mpirun -n 2 python3 scripts/bench.py --dtype e4m3 --scales "$sc" \
+          --N 7168 8192 --K 1024 4096 --M 256 1024 4096 16384 \
+          --json "$out/fp8_$sc.json" --md "$out/fp8_$sc.md"
+      done ;;
     *)
-      echo "unknown step $s (sweep, grid, checks, gemm1)" >&2; exit 2 ;;
+      echo "unknown step $s (sweep, grid, checks, gemm1, fp8)" >&2; exit 2 ;;
   esac
 done
