@@ -198,7 +198,7 @@ cutlass = pytest.importorskip("cutlass")
 
 FP8_VARIANTS = [
     # RS on 2x1 clusters, AR with early copies, the GEMM alone's TMA store with the split-K
-    # tail on a partial-tile width, thread-store pushes, fp16 results
+    # tail on a partial-tile width, thread-store pushes with fp16 results
     Variant("sm_90a", 256, 2, "rs", "unicast", 2, push="tma", pdl=1, prefetch=1,
             in_dtype="e4m3"),
     Variant("sm_90a", 224, 2, "ar", "unicast", push="tma_all", pdl=1, prefetch=1,
@@ -206,6 +206,8 @@ FP8_VARIANTS = [
     Variant("sm_90a", 160, 2, "gemm", "unicast", push="tma", pdl=1, sk=1, tma_store=1,
             in_dtype="e4m3"),
     Variant("sm_90a", 128, 4, "rs", "unicast", dtype="f16", in_dtype="e4m3"),
+    # the multicast reduction (compiled only: multicast is off on the GPU machines here)
+    Variant("sm_90a", 128, 2, "ar", "multicast", pdl=1, in_dtype="e4m3"),
 ]
 
 
@@ -218,6 +220,8 @@ def test_fp8_variant_ptx(ptx_of, v):
     assert mmas == {(str(v.bn), "32", "f32.e4m3.e4m3")}
     out = "f16x2" if v.dtype == "f16" else "bf16x2"
     assert f"cvt.rn.{out}.f32" in ptx
+    if v.transport == "multicast":
+        assert f"multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.{out}" in ptx
     # the scales: one load per distinct row (2) and column (BN / 4) of a thread's fragment,
     # each a 4-byte global load
     assert len(re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)) >= 2 + v.bn // 4
