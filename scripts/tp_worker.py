@@ -17,6 +17,13 @@ of the same block, on the same shards:
   torch.mm + AR      torch.mm, then NCCL all_reduce
   torch.mm + RS + AG torch.mm, then NCCL reduce_scatter and all_gather
 
+``--dtype e4m3``: the down projection runs on fp8 operands, as fp8 serving stacks run it:
+h quantized per token on every call (one fp32 scale per row of h) and the w_down shard
+per output channel once. The fused variants are GemmRsAr(input_dtype=float8_e4m3fn), the
+baselines torch._scaled_mm (fast accumulation) then NCCL; gate / up stay bf16. The
+reference then takes each rank's quantized h and shard (dequantized, float32), so the
+check measures the op and the exchange, not the quantization.
+
 Every variant's output on every rank is compared with a float32 reference of the whole
 block computed on rank 0's GPU from the full weights (relative error < 2e-2), then each
 variant is timed (median of --iters calls after warm-up, CUDA events, the slower rank):
@@ -60,8 +67,12 @@ PREFIX = "rsar tp_worker:"
 HINT = "run scripts/mc_diag.py for details"
 N_ALIGN = 8     # GemmRsAr: N (= hidden) must be a multiple of 8 (sm90; 128 on sm100)
 K_ALIGN = 64    # GemmRsAr: K (= intermediate / world) must be a multiple of 64
+K_ALIGN_FP8 = 128  # ... and of 128 for fp8 operands
 # Compute capabilities rsar has a kernel for (GemmRsAr's arch table): sm_90a, sm_100a.
-DTYPE_NAMES = ("bf16", "f16")  # --dtype: GemmRsAr's torch.bfloat16 / torch.float16
+# --dtype: GemmRsAr's torch.bfloat16 / torch.float16; e4m3: a bf16 block whose down
+# projection runs on fp8 operands (input_dtype=torch.float8_e4m3fn)
+DTYPE_NAMES = ("bf16", "f16", "e4m3")
+FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
 KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200", (10, 3): "B300/GB300"}
 
 VARIANTS = ("fused_ar", "mm_ar", "fused_rs_ag", "mm_rs_ag")
@@ -148,8 +159,10 @@ def cannot_run_reason(cuda_available: bool, device_count: int, world: int,
     return None
 
 
-def size_problem(hidden: int, inter: int, tokens: int, world: int) -> str | None:
-    """Why these sizes cannot be sharded over ``world`` ranks for GemmRsAr; None if they can."""
+def size_problem(hidden: int, inter: int, tokens: int, world: int,
+                 k_align: int = K_ALIGN) -> str | None:
+    """Why these sizes cannot be sharded over ``world`` ranks for GemmRsAr (whose K must be
+    a multiple of ``k_align``); None if they can."""
     if hidden <= 0 or hidden % N_ALIGN:
         return f"{PREFIX} --hidden must be a positive multiple of {N_ALIGN}, got {hidden}"
     if tokens < 1:
@@ -157,8 +170,8 @@ def size_problem(hidden: int, inter: int, tokens: int, world: int) -> str | None
     if inter <= 0 or inter % world:
         return (f"{PREFIX} --inter must be a positive multiple of the world size {world}, "
                 f"got {inter}")
-    if (inter // world) % K_ALIGN:
-        return (f"{PREFIX} --inter / world must be a multiple of {K_ALIGN} (the K of the "
+    if (inter // world) % k_align:
+        return (f"{PREFIX} --inter / world must be a multiple of {k_align} (the K of the "
                 f"fused op), got {inter} / {world} = {inter // world}")
     return None
 
@@ -219,6 +232,29 @@ def mlp_hidden(x: Any, w_gate_up: Any) -> Any:
     return F.silu(gate) * up
 
 
+def quantize_rows(t: Any) -> tuple[Any, Any]:
+    """(t as float8_e4m3fn, its (rows, 1) float32 scales): each row scaled so that its
+    largest magnitude maps to fp8's largest value (dynamic per-token quantization of
+    activations, per-channel of weights)."""
+    import torch
+    scale = (t.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp_min(1e-12)
+    return (t.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def reference_block_fp8(x: Any, w_gate: Any, w_up: Any, w_down: Any, world: int) -> Any:
+    """The block with its down projection on fp8 operands, in float32 from the full weights:
+    the sum over ranks of each rank's quantized h and w_down shard, dequantized (h computed
+    as each rank computes it, so it quantizes the same way)."""
+    out = None
+    for r in range(world):
+        wg, wu, wd = shard_weights(w_gate, w_up, w_down, r, world)
+        h8, sh = quantize_rows(mlp_hidden(x, fuse_gate_up(wg, wu)))
+        w8, sw = quantize_rows(wd)
+        part = (h8.float() * sh) @ (w8.float() * sw).T
+        out = part if out is None else out + part
+    return out
+
+
 def partial_block(x: Any, w_gate_up: Any, w_down_r: Any) -> Any:
     """This rank's unreduced contribution to the block output: (T, H)."""
     import torch
@@ -265,12 +301,14 @@ def _reduce_scatter(out: Any, inp: Any) -> None:
 
 
 def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
-                  world: int) -> dict[str, dict[str, Callable[..., Any]]]:
+                  world: int, w_scale: Any = None) -> dict[str, dict[str, Callable[..., Any]]]:
     """name -> {"down": h -> (T, H), "block": () -> (T, H)} for the four variants.
 
     ``down`` is the row-parallel down projection plus its communication, from a ready h;
     ``block`` is the whole MLP block from x. Collectives run over torch.distributed's
-    default group (NCCL on the GPUs; gloo in the CPU tests).
+    default group (NCCL on the GPUs; gloo in the CPU tests). With ``w_scale`` (fp8: the
+    fp8 ``w_down_r``'s per-channel scales) every variant quantizes h per token first and
+    multiplies fp8 operands: GemmRsAr with the scales, or torch._scaled_mm.
     """
     import torch
     import torch.distributed as dist
@@ -279,23 +317,42 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     local = Tp // world
     dev, dt = x.device, x.dtype
 
+    if w_scale is None:
+        def fused(op: Any, h: Any) -> Any:
+            return op(h, w_down_r)
+
+        def product(h: Any, out: Any = None) -> Any:
+            return torch.mm(h, w_down_r.t(), out=out)
+    else:
+        sw_row = w_scale.reshape(1, -1)
+
+        def fused(op: Any, h: Any) -> Any:
+            h8, sh = quantize_rows(h)
+            return op(h8, w_down_r, sh, w_scale)
+
+        def product(h: Any, out: Any = None) -> Any:
+            h8, sh = quantize_rows(h)
+            y = torch._scaled_mm(h8, w_down_r.t(), scale_a=sh, scale_b=sw_row, out_dtype=dt,
+                                 use_fast_accum=True)
+            return y if out is None else out.copy_(y)
+
     def fused_ar(h: Any) -> Any:
-        return op_ar(h, w_down_r)
+        return fused(op_ar, h)
 
     def fused_rs_ag(h: Any) -> Any:
-        shard = op_rs(h, w_down_r)
+        shard = fused(op_rs, h)
         full = torch.empty(Tp, H, dtype=dt, device=dev)
         _all_gather(full, shard)
         return full[:T]
 
     def mm_ar(h: Any) -> Any:
-        y = torch.mm(h, w_down_r.t())
+        y = product(h)
         dist.all_reduce(y)
         return y
 
     def mm_rs_ag(h: Any) -> Any:
         part = torch.empty(Tp, H, dtype=dt, device=dev)
-        torch.mm(h, w_down_r.t(), out=part[:T])
+        product(h, out=part[:T])
         if Tp > T:
             part[T:].zero_()
         shard = torch.empty(local, H, dtype=dt, device=dev)
@@ -437,8 +494,8 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     T, H, I = args.tokens, args.hidden, args.inter
 
     # Weights and input: full from the seed on every rank, then this rank's shards.
-    from rsar_core.validate import torch_dtype
-    dtype = torch_dtype(args.dtype)
+    fp8 = args.dtype == "e4m3"
+    dtype = block_dtype(args.dtype)
     x = make_input(args.seed, T, H, dev, dtype)
     full = make_weights(args.seed, H, I, dev, dtype)
     prints = dist_all_gather_object(fingerprint(x, *full))
@@ -446,6 +503,9 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     wg_r, wu_r, wd_r = shard_weights(*full, rank, world)
     w_gu = fuse_gate_up(wg_r, wu_r)
     del wg_r, wu_r
+    w_scale = None
+    if fp8:  # the down projection's weight, quantized once per output channel
+        wd_r, w_scale = quantize_rows(wd_r)
     if rank != 0:
         full = None  # only rank 0 needs the full weights (the reference)
     for op in (op_ar, op_rs):
@@ -454,11 +514,13 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
                                f"on rank {rank}")
     h0 = mlp_hidden(x, w_gu)
     should = {"ar": bool(op_ar.should_run(h0)), "rs": bool(op_rs.should_run(h0))}
-    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world)
+    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world, w_scale)
     _precompile((op_ar, op_rs), T, wd_r.shape[1], dev)
 
     # Correctness: every variant's block on every rank against rank 0's float32 reference.
-    ref = reference_block(x, *full) if rank == 0 else None
+    ref = None
+    if rank == 0:
+        ref = reference_block_fp8(x, *full, world) if fp8 else reference_block(x, *full)
     full = None
     checks: dict[str, dict[str, Any]] = {}
     for name in VARIANTS:
@@ -511,6 +573,14 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     return (EXIT_OK if ok else EXIT_FAILED), res
 
 
+def block_dtype(name: str) -> Any:
+    """The torch dtype of the block's activations and weights for ``--dtype`` (fp8 runs
+    the down projection only; the rest of its block is bf16)."""
+    import torch
+    from rsar_core.validate import torch_dtype
+    return torch.bfloat16 if name == "e4m3" else torch_dtype(name)
+
+
 def _precompile(ops: tuple[Any, ...], M: int, K: int, device: Any) -> None:
     """Compile the fused kernels for (M, K) on every rank (``GemmRsAr.warmup``), then meet
     at a barrier, so that the timed calls never wait on a compile."""
@@ -548,7 +618,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the input")
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="bf16",
-                   help="element type of the activations, the weights and the ops")
+                   help="element type of the activations, the weights and the ops (e4m3: a "
+                        "bf16 block whose down projection runs on fp8 operands)")
     p.add_argument("--torchrun", action="store_true",
                    help="started by torchrun: NCCL from its environment, GPU = LOCAL_RANK")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the result here (rank 0)")
@@ -557,6 +628,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--hidden must be a positive multiple of {N_ALIGN}")
     if a.inter <= 0 or a.inter % K_ALIGN:
         p.error(f"--inter must be a positive multiple of {K_ALIGN}")
+    if a.dtype == "e4m3" and a.inter % K_ALIGN_FP8:
+        p.error(f"--inter must be a multiple of {K_ALIGN_FP8} with --dtype e4m3")
     if a.tokens < 1:
         p.error("--tokens must be >= 1")
     if a.iters < 1:
@@ -604,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
     why = cannot_run_reason(cuda, count, world, cap, name, torchrun=tr,
                             torchrun_without_flag=(not tr and started_by_torchrun()),
                             local_world=local_world)
-    why = why or size_problem(args.hidden, args.inter, args.tokens, world)
+    why = why or size_problem(args.hidden, args.inter, args.tokens, world,
+                              K_ALIGN_FP8 if args.dtype == "e4m3" else K_ALIGN)
     if why:
         say(why)  # every rank sees the same host and launch, so every rank stops here alike
         return cannot_run()
@@ -632,10 +706,12 @@ def main(argv: list[str] | None = None) -> int:
 
         from rsar_core import GemmRsAr
         comm = dist.group.WORLD if tr else mpi_comm
-        from rsar_core.validate import torch_dtype
-        dtype = torch_dtype(args.dtype)
-        op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm, dtype=dtype)
-        op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm, dtype=dtype)
+        dtype = block_dtype(args.dtype)
+        fp8 = torch.float8_e4m3fn if args.dtype == "e4m3" else None
+        op_ar = GemmRsAr(args.tokens, args.hidden, all_reduce=True, comm=comm, dtype=dtype,
+                         input_dtype=fp8)
+        op_rs = GemmRsAr(args.tokens, args.hidden, all_reduce=False, comm=comm, dtype=dtype,
+                         input_dtype=fp8)
         gpus = sorted(set(dist_all_gather_object(torch.cuda.get_device_name(dev))))
         ctx = {"rank": rank, "world": world, "device": dev,
                "launcher": "torchrun" if tr else "mpirun", "gpu": f"{' / '.join(gpus)} x{world}",

@@ -61,22 +61,28 @@ class FakeGemmRsAr:
     def close(self) -> None:
         pass
 
-    def __call__(self, x, w):
+    def __call__(self, x, w, x_scale=None, w_scale=None):
         import torch
         import torch.distributed as dist
         assert x.is_contiguous() and w.is_contiguous(), "GemmRsAr takes contiguous tensors"
         self.calls += 1
-        p = x.float() @ w.float().T
+        fp8 = x.dtype == torch.float8_e4m3fn
+        assert w.dtype == x.dtype and fp8 == (x_scale is not None) == (w_scale is not None)
+        if fp8:  # an fp8 op: (x_scale * x) @ (w_scale * w).T, bf16 results
+            p = (x.float() * x_scale.reshape(-1, 1)) @ (w.float() * w_scale.reshape(-1, 1)).T
+        else:
+            p = x.float() @ w.float().T
+        out = torch.bfloat16 if fp8 else x.dtype
         if not self.broken:
             dist.all_reduce(p)
         if self.all_reduce:
-            return p.to(x.dtype)
+            return p.to(out)
         M = x.shape[0]
         Mp = tpw.padded_rows(M, self.world)
         full = torch.zeros(Mp, p.shape[1])
         full[:M] = p
         local = Mp // self.world
-        return full[self.rank * local:(self.rank + 1) * local].to(x.dtype).contiguous()
+        return full[self.rank * local:(self.rank + 1) * local].to(out).contiguous()
 
 
 def _child() -> int:
@@ -399,7 +405,7 @@ def _gloo_run(tmp_path: Path, broken: bool, dtype: str = "bf16"):
     return p, ranks, res
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "e4m3"])
 def test_run_end_to_end_on_gloo(tmp_path, dtype):
     p, ranks, res = _gloo_run(tmp_path, broken=False, dtype=dtype)
     out = p.stdout + p.stderr
@@ -428,3 +434,35 @@ def test_run_catches_a_missing_reduction(tmp_path):
     assert not res["ok"] and not res["checks"]["fused_ar"]["ok"]
     assert all(res["checks"][n]["ok"] for n in ("mm_ar", "fused_rs_ag", "mm_rs_ag"))
     assert "1 of 4 checks FAILED" in p.stdout
+
+
+def test_fp8_quantization_and_its_reference():
+    """--dtype e4m3: rows quantized to fp8's range with one scale each, and the fp8
+    reference is the sum of the ranks' dequantized products (close to the bf16 block, not
+    equal: quantization moves it by a few percent)."""
+    import torch
+    t = torch.randn(5, 64) * torch.tensor([[1.0], [10.0], [0.01], [3.0], [1e-30]])
+    q, s = tpw.quantize_rows(t)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (5, 1) and s.dtype == torch.float32
+    amax = (q.float().abs().amax(dim=1))
+    assert torch.allclose(amax[:4], torch.full((4,), tpw.FP8_MAX))
+    assert ((q.float() * s - t).norm(dim=1) / t.norm(dim=1))[:4].max() < 0.06
+    x = tpw.make_input(3, 9, 32, torch.device("cpu"))
+    full = tpw.make_weights(3, 32, 256, torch.device("cpu"))
+    ref8 = tpw.reference_block_fp8(x, *full, 2)
+    ref = tpw.reference_block(x, *full)
+    err = (ref8 - ref).norm() / ref.norm()
+    assert 1e-3 < err < 0.1
+    parts = []
+    for r in range(2):
+        wg, wu, wd = tpw.shard_weights(*full, r, 2)
+        h8, sh = tpw.quantize_rows(tpw.mlp_hidden(x, tpw.fuse_gate_up(wg, wu)))
+        w8, sw = tpw.quantize_rows(wd)
+        parts.append((h8.float() * sh) @ (w8.float() * sw).T)
+    assert torch.allclose(ref8, parts[0] + parts[1])
+
+
+def test_fp8_needs_k_a_multiple_of_128():
+    p = _run([sys.executable, str(SCRIPT), "--dtype", "e4m3", "--inter", "192"])
+    assert p.returncode == 2 and "multiple of 128 with --dtype e4m3" in p.stderr
+    assert "multiple of 128" in tpw.size_problem(128, 384, 16, 2, tpw.K_ALIGN_FP8)
