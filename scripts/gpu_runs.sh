@@ -13,7 +13,8 @@
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
 #   fp8     (2 GPUs) fp8 operands: the fp8 suite, then the quick grid against torch._scaled_mm
 #           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand
-#           and per-row scales (bench.py --dtype e4m3); precompile with --dtypes bf16,e4m3
+#           and per-row scales (bench.py --dtype e4m3), and the MLP block with an fp8 down
+#           projection (tp_worker.py --dtype e4m3); precompile with --dtypes bf16,e4m3
 #
 # RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
 # machine; a stale entry is never used, it is compiled again). A step that runs past its limit
@@ -52,7 +53,8 @@ for s in "$@"; do
         step "fp8_$sc" 300 mpirun -n 2 python3 scripts/bench.py --dtype e4m3 --scales "$sc" \
           --N 7168 8192 --K 1024 4096 --M 256 1024 4096 16384 \
           --json "$out/fp8_$sc.json" --md "$out/fp8_$sc.md"
-      done ;;
+      done
+      step fp8_tp 120 mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 --json "$out/fp8_tp.json" ;;
     *)
       echo "unknown step $s (sweep, grid, checks, gemm1, fp8)" >&2; exit 2 ;;
   esac
