@@ -151,3 +151,26 @@ def test_fp8_inputs_pad_with_their_row_scales_and_the_anchor_scales_them():
         assert y.dtype == torch.bfloat16
         assert ((y.double() - want).norm() / want.norm()).item() < 1e-2
     assert bench._pad_rows((torch.ones(6, 8), torch.ones(4, 8)), 6)[0].shape == (6, 8)
+
+
+def test_input_sets_follow_the_dtype_and_the_scale_kind():
+    """The sets each column rotates through: (x, w) of the op's dtype, or for fp8
+    (x, w, x_scale, w_scale) with one scale each or one per row, enough bytes to pass L2."""
+    import argparse
+    import torch
+    b = object.__new__(bench.Bench)
+    b.rank, b.dev = 1, torch.device("cpu")
+    for dtype, scales in (("bf16", "tensor"), ("e4m3", "tensor"), ("e4m3", "row")):
+        b.fp8 = dtype == "e4m3"
+        b.dtype = torch.bfloat16
+        b.args = argparse.Namespace(scales=scales)
+        sets = b.input_sets(64, 256, 512)
+        assert len(sets) == 8  # small shapes: the most sets
+        x, w, *sc = sets[0]
+        assert x.shape == (64, 512) and w.shape == (256, 512)
+        if not b.fp8:
+            assert x.dtype == torch.bfloat16 and not sc
+            continue
+        assert x.dtype == w.dtype == torch.float8_e4m3fn and len(sc) == 2
+        assert sc[0].shape == ((64, 1) if scales == "row" else ())
+        assert not torch.equal(sets[0][0].float(), sets[1][0].float())
