@@ -51,6 +51,19 @@ def scaled_product(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
     return xs @ ws.T
 
 
+def scaled_mm(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor,
+              out_dtype: torch.dtype = torch.bfloat16,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """torch._scaled_mm(x, w.T) with fast accumulation, on an fp8 op's operands and scales
+    in the shapes GemmRsAr takes (one value each, or one per row of x / of w): the fp8
+    anchor of the benchmarks and tests, accumulating as the kernel's tensor cores do."""
+    a = x_scale.reshape(-1, 1) if x_scale.numel() > 1 else x_scale
+    b = w_scale.reshape(1, -1) if w_scale.numel() > 1 else w_scale
+    kw = {} if out is None else {"out": out}
+    return torch._scaled_mm(x, w.t(), scale_a=a, scale_b=b, out_dtype=out_dtype,
+                            use_fast_accum=True, **kw)
+
+
 def reference_fp8_sum(seed: int, world: int, M: int, N: int, K: int, device: torch.device,
                       per_row: bool = True) -> torch.Tensor:
     """sum_r of ``scaled_product`` over every rank's ``rank_fp8_inputs``, in float64."""

@@ -240,7 +240,14 @@ class Bench:
         full = torch.randn(Mp, N, device=self.dev).to(dt)
         rs_out = torch.empty(Mp // W, N, dtype=dt, device=self.dev)
         it, wu = self.args.iters, self.args.warmup
-        product = _scaled_mm(dt) if self.fp8 else (lambda x, w: torch.mm(x, w.t()))
+        if self.fp8:
+            from rsar_core.reference import scaled_mm
+
+            def product(*inputs):
+                return scaled_mm(*inputs, dt)
+        else:
+            def product(x, w):
+                return torch.mm(x, w.t())
 
         def mm_rs(*a):
             dist.reduce_scatter_tensor(rs_out, product(*a))
@@ -514,18 +521,6 @@ def _pad_rows(inputs: tuple, Mp: int) -> tuple:
     if scales and scales[0].numel() > 1:
         scales[0] = torch.nn.functional.pad(scales[0], (0, 0, 0, pad), value=1.0)
     return (x, w, *scales)
-
-
-def _scaled_mm(out_dtype):
-    """torch._scaled_mm on (x, w, x_scale, w_scale) with fast accumulation: the fp8 anchor."""
-    import torch
-
-    def product(x, w, sx, sw):
-        rows = sx.numel() > 1
-        return torch._scaled_mm(x, w.t(), scale_a=sx.reshape(-1, 1) if rows else sx,
-                                scale_b=sw.reshape(1, -1) if rows else sw, out_dtype=out_dtype,
-                                use_fast_accum=True)
-    return product
 
 
 def spread(ms: list[float]) -> tuple[float, float]:

@@ -112,19 +112,6 @@ def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
     return [rank_fp8_inputs(i, 0, M, N, K, dev, per_row=scales == "row") for i in range(nsets)]
 
 
-def scaled_mm(y: Any) -> Any:
-    """torch._scaled_mm into ``y`` on (x, w, x_scale, w_scale): the fp8 anchor (cuBLAS with
-    per-tensor scales), with fast accumulation as the kernel's tensor cores run."""
-    import torch
-
-    def run(x: Any, w: Any, sx: Any, sw: Any) -> None:
-        rows = sx.numel() > 1
-        torch._scaled_mm(x, w.t(), scale_a=sx.reshape(-1, 1) if rows else sx,
-                         scale_b=sw.reshape(1, -1) if rows else sw, out_dtype=y.dtype,
-                         use_fast_accum=True, out=y)
-    return run
-
-
 def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int) -> Any:
     """``run(x, w[, x_scale, w_scale])``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``
     at depth ``K`` (the call's; an fp8 plan's is half of it), on the current stream, with a
@@ -216,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
+    from rsar_core.reference import scaled_mm
     from rsar_core.validate import IN_DTYPES, torch_dtype
     fp8 = a.dtype in IN_DTYPES.values()
     in_dtype = torch.float8_e4m3fn if fp8 else torch_dtype(a.dtype)
@@ -233,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = input_sets(M, N, K, dev, in_dtype, a.scales)
         nsets = len(sets)
         y = torch.empty(M, N, dtype=dtype, device=dev)
-        cols: dict[str, Any] = {"mm": scaled_mm(y) if fp8 else
+        cols: dict[str, Any] = {"mm": (lambda *a: scaled_mm(*a, y.dtype, out=y)) if fp8 else
                                 (lambda x, w: torch.mm(x, w.t(), out=y))}
         skipped = {}
         for name in a.column_list:

@@ -324,7 +324,7 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
         def product(h: Any, out: Any = None) -> Any:
             return torch.mm(h, w_down_r.t(), out=out)
     else:
-        sw_row = w_scale.reshape(1, -1)
+        from rsar_core.reference import scaled_mm
 
         def fused(op: Any, h: Any) -> Any:
             h8, sh = quantize_rows(h)
@@ -332,9 +332,7 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
 
         def product(h: Any, out: Any = None) -> Any:
             h8, sh = quantize_rows(h)
-            y = torch._scaled_mm(h8, w_down_r.t(), scale_a=sh, scale_b=sw_row, out_dtype=dt,
-                                 use_fast_accum=True)
-            return y if out is None else out.copy_(y)
+            return scaled_mm(h8, w_down_r, sh, w_scale, dt, out=out)
 
     def fused_ar(h: Any) -> Any:
         return fused(op_ar, h)

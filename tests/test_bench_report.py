@@ -138,7 +138,7 @@ def test_fp8_inputs_pad_with_their_row_scales_and_the_anchor_scales_them():
     padding rows' scales are 1 on zero rows), a per-tensor scale stays one value, and the
     torch._scaled_mm anchor applies both forms."""
     import torch
-    from rsar_core.reference import rank_fp8_inputs, scaled_product
+    from rsar_core.reference import rank_fp8_inputs, scaled_mm, scaled_product
     cpu = torch.device("cpu")
     for per_row in (True, False):
         inputs = rank_fp8_inputs(1, 0, 5, 32, 128, cpu, per_row)
@@ -146,7 +146,7 @@ def test_fp8_inputs_pad_with_their_row_scales_and_the_anchor_scales_them():
         assert x.shape == (6, 128) and x.dtype == torch.float8_e4m3fn and w is inputs[1]
         assert not x[5].float().any() and torch.equal(x[:5].float(), inputs[0].float())
         assert sx.shape == ((6, 1) if per_row else ()) and sw is inputs[3]
-        y = bench._scaled_mm(torch.bfloat16)(*inputs)
+        y = scaled_mm(*inputs)
         want = scaled_product(*inputs)
         assert y.dtype == torch.bfloat16
         assert ((y.double() - want).norm() / want.norm()).item() < 1e-2

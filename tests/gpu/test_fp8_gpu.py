@@ -13,7 +13,7 @@ import torch
 from gpu_ops import get_op
 from rsar_core import GemmRsAr, RsarTypeError, RsarValueError, Workspace
 from rsar_core.reference import (rank_fp8_inputs, reference_fp8_sum, rel_error, rs_rows,
-                                 scaled_product)
+                                 scaled_mm, scaled_product)
 from test_fused_gpu import TOL, check, check_result, knobs, poisoned_call
 
 FP8 = torch.float8_e4m3fn
@@ -87,11 +87,7 @@ def test_gemm_only_against_scaled_mm(comm, M, N, K, per_row):
     assert rel_error(y, ref) < 4e-3
     if N % 16:
         return  # torch._scaled_mm takes N in multiples of 16
-    sa = sx.reshape(M, 1) if per_row else sx
-    sb = sw.reshape(1, N) if per_row else sw
-    theirs = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
-                              use_fast_accum=True)
-    assert rel_error(y, theirs.double()) < 4e-3
+    assert rel_error(y, scaled_mm(x, w, sx, sw).double()) < 4e-3
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
