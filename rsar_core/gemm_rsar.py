@@ -20,7 +20,7 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (DTYPES, check_arch_width, check_call, check_construction,
+from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_call, check_construction,
                        check_dtype, check_input_dtype, check_out, check_scales, check_warmup,
                        check_weight, weight_of)
 from .workspace import Workspace
@@ -133,8 +133,7 @@ class GemmRsAr:
         check_construction(max_M, N, bs.world)
         check_dtype(dtype)
         self.dtype = dtype
-        self._in_name = check_input_dtype(input_dtype, dtype)  # "" or "e4m3"
-        self.input_dtype = dtype if not self._in_name else input_dtype
+        self.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
         if timeout_s is None:
             timeout_s = timeout_from_env()
         if not timeout_s > 0:
@@ -167,6 +166,11 @@ class GemmRsAr:
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
                   "own" if self._owns_ws else "shared")
+
+    @property
+    def _in_name(self) -> str:
+        """The kernels' name of the operand type: "" (x and w are ``dtype``) or "e4m3"."""
+        return IN_DTYPES.get(self.input_dtype, "")
 
     @property
     def workspace(self) -> Workspace:

@@ -199,7 +199,7 @@ def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool) -> torch.
                  lambda: f"{OP_NAME}: x has K={x.shape[1]} but w has K={w.shape[1]}")
     dtype = op.dtype
     in_dtype = getattr(op, "input_dtype", dtype)
-    if scaled != (in_dtype != dtype):
+    if scaled != _takes_scales(op):
         raise RsarTypeError(
             f"{SCALED_OP_NAME if scaled else OP_NAME}: the op behind handle {handle} takes "
             + (f"{in_dtype} operands with scales: call {SCALED_OP_NAME}" if not scaled else
@@ -210,6 +210,11 @@ def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool) -> torch.
     M = x.shape[0]
     rows = M if all_reduce else (M + world - 1) // world
     return x.new_empty((rows, N), dtype=dtype)
+
+
+def _takes_scales(op: Any) -> bool:
+    """Whether ``op``'s operands are narrower than its result (fp8): its calls carry scales."""
+    return getattr(op, "input_dtype", op.dtype) != op.dtype
 
 
 def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
@@ -251,7 +256,7 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         if weight.dim() != 2 or weight.shape[0] != op.N:
             raise RsarValueError(f"weight must be (N={op.N}, K), got {tuple(weight.shape)}")
-        self.scaled = getattr(op, "input_dtype", op.dtype) != op.dtype
+        self.scaled = _takes_scales(op)
         if self.scaled != (weight_scale is not None):
             raise RsarValueError("weight_scale is for (and needed by) ops with an fp8 "
                                  "input_dtype" if self.scaled else

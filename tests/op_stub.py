@@ -17,8 +17,7 @@ def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90
     from rsar_core.validate import check_input_dtype
     op = object.__new__(GemmRsAr)
     op.dtype = dtype
-    op._in_name = check_input_dtype(input_dtype, dtype)
-    op.input_dtype = input_dtype or dtype
+    op.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
     op.N, op.world, op.sm_count, op.mode, op.arch = N, world, sm_count, mode, arch
     op.all_reduce, op.transport = mode == "ar", transport
     op.push = default_push(arch, transport, mode)
