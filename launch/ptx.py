@@ -243,6 +243,12 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
+def prefetch_l1(addr, *, loc=None, ip=None) -> None:
+    """Bring the 128-byte line at ``addr`` into this SM's L1 ahead of its loads."""
+    _asm(None, [_v(addr, Int64, loc, ip)], "prefetch.global.L1 [$0];", "l", loc, ip)
+
+
+@dsl_user_op
 def ld_shared_v4(addr, *, loc=None, ip=None):
     """16-byte shared-memory load at a 32-bit shared-window address."""
     return _ld_v4("ld.shared.v4.b32", addr, Int32, loc, ip)

@@ -563,6 +563,9 @@ class Sm90FusedKernel(CommWarps):
             _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
             if u >= Int32(0):
                 first = (mtid == 0) & (tiles_done == Int32(0))
+                tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
+                if cutlass.const_expr(self.scaled):
+                    self._prefetch_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits)
                 read_state.reset_count()
                 rel_state.reset_count()
                 # the first k-block overwrites the accumulators: no zero-fill pass
@@ -591,7 +594,6 @@ class Sm90FusedKernel(CommWarps):
                 rel_state.advance()
                 self._mark(ws, cta, trace.MMA_ACC_DONE, first)
 
-                tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 finish = True
                 if cutlass.const_expr(self.sk):
                     # a later piece is stored for its unit's first lane and has no epilogue
@@ -620,6 +622,24 @@ class Sm90FusedKernel(CommWarps):
                     self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
+
+    @cute.jit
+    def _prefetch_scales(self, mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits):
+        """Per-row scales: the lines of the tile's x and w scales into L1 as its mainloop
+        starts, one MMA thread a line, so the epilogue's loads (one per distinct row and
+        column of a fragment) hit L1 rather than wait on L2 with the tensor pipes idle.
+        One line past each span covers a vector that does not start on a line."""
+        nx = BM * 4 // 128 + 1
+        nw = (self.bn * 4 + 127) // 128 + 1
+        if mtid < Int32(nx):
+            if (scale_bits & Int32(1)) != Int32(0):
+                r = cutlass.min(tm * Int32(BM) + mtid * Int32(32), M - Int32(1))
+                ptx.prefetch_l1(sx_addr + Int64(r) * Int64(4))
+        elif mtid < Int32(nx + nw):
+            if (scale_bits & Int32(2)) != Int32(0):
+                c = cutlass.min(tn * Int32(self.bn) + (mtid - Int32(nx)) * Int32(32),
+                                N - Int32(1))
+                ptx.prefetch_l1(sw_addr + Int64(c) * Int64(4))
 
     @cute.jit
     def _apply_scales(self, acc, tCcC, tm, tn, M, N, sx_addr, sw_addr, scale_bits):

@@ -225,6 +225,7 @@ def test_fp8_variant_ptx(ptx_of, v):
     # the scales: one load per distinct row (2) and column (BN / 4) of a thread's fragment,
     # each a 4-byte global load
     assert len(re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)) >= 2 + v.bn // 4
+    assert "prefetch.global.L1" in ptx  # the scale lines, into L1 as each tile starts
     assert_protocol_ptx(ptx, v)
 
 
@@ -245,3 +246,4 @@ def test_a_bf16_variant_has_no_fp8_or_scale(ptx_of):
     ptx = ptx_of(Variant("sm_90a", 224, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1))
     assert "e4m3" not in ptx and "k16.f32.bf16.bf16" in ptx
     assert not re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)
+    assert "prefetch.global.L1" not in ptx
