@@ -243,9 +243,11 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
-def prefetch_l1(addr, *, loc=None, ip=None) -> None:
-    """Bring the 128-byte line at ``addr`` into this SM's L1 ahead of its loads."""
-    _asm(None, [_v(addr, Int64, loc, ip)], "prefetch.global.L1 [$0];", "l", loc, ip)
+def cp_async_4(smem_addr, gaddr, *, loc=None, ip=None) -> None:
+    """Asynchronous 4-byte copy from global memory to a 32-bit shared-window address (no
+    register holds the word; ``cp.async.wait_group`` before the copy is read)."""
+    _asm(None, [_v(smem_addr, Int32, loc, ip), _v(gaddr, Int64, loc, ip)],
+         "cp.async.ca.shared.global [$0], [$1], 4;", "r,l,~{memory}", loc, ip)
 
 
 @dsl_user_op

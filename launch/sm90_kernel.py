@@ -203,6 +203,9 @@ class Sm90FusedKernel(CommWarps):
         # fourth mainloop stage (3 remain, as for BN=224); BN=128 keeps 6 (5 with padded
         # thread-store rows), BN=64 8.
         self.tile_bytes = BM * bn * 2
+        # fp8: a tile's row and column scales, staged in shared memory (``_stage_scales``),
+        # take the 1 KiB kept spare first
+        spare = max(1024, 4 * (BM + bn)) if self.scaled else 1024
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM + bn) * BK_BYTES  # one k-block of x's and w's tiles
         slot_bytes = BM * self.epi_pitch * 2
@@ -212,14 +215,14 @@ class Sm90FusedKernel(CommWarps):
                 raise ValueError("give the ring depth or the mainloop stages, not both")
             if not 3 <= stages <= 8:
                 raise ValueError(f"stages must be 3..8, got {stages}")
-            fit = (smem - 2048 - stages * ab_bytes) // slot_bytes
+            fit = (smem - 1024 - spare - stages * ab_bytes) // slot_bytes
             if fit < 2:
                 raise ValueError(f"{stages} mainloop stages at BN={bn} leave {fit} ring slots; "
                                  f"at least 2 are needed")
             self.epi_slots = min(self.num_sub, fit)
         epi_bytes = slot_bytes * self.epi_slots
-        # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, 1 KiB spare
-        self.ab_stage = min(8, (smem - 2048 - epi_bytes) // ab_bytes)
+        # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, then the spare
+        self.ab_stage = min(8, (smem - 1024 - spare - epi_bytes) // ab_bytes)
         if self.ab_stage < 3:
             raise ValueError(f"{self.epi_slots} ring slots leave {self.ab_stage} mainloop stages "
                              f"at BN={bn}; at least 3 are needed")
@@ -254,6 +257,23 @@ class Sm90FusedKernel(CommWarps):
         if slots:
             shape, stride = (*shape, slots), (*stride, BM * self.epi_pitch)
         return cute.make_layout(shape, stride=stride)
+
+    def _shared_storage(self) -> Any:
+        """The kernel's shared memory: mbarriers, the mainloop stages, the sub-tile ring and
+        (fp8) a tile's scales."""
+        fields = {
+            "ab_mbar": cute.struct.MemRange[Int64, self.ab_stage * 2],
+            "epi_mbar": cute.struct.MemRange[Int64, self.epi_slots * 2],
+            "sA": cute.struct.Align[
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.a_smem_staged)], 1024],
+            "sB": cute.struct.Align[
+                cute.struct.MemRange[self.ab_elem, cute.cosize(self.b_smem_staged)], 1024],
+            "sC": cute.struct.Align[
+                cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024],
+        }
+        if self.scaled:
+            fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, BM + self.bn], 16]
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     @cute.jit
     def __call__(
@@ -290,18 +310,7 @@ class Sm90FusedKernel(CommWarps):
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                 cute.make_composed_layout(_sw64_bytes(), 0, self._slot_outer()), (BM, EPI_N))
 
-        @cute.struct
-        class SharedStorage:
-            ab_mbar: cute.struct.MemRange[Int64, self.ab_stage * 2]
-            epi_mbar: cute.struct.MemRange[Int64, self.epi_slots * 2]
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.ab_elem, cute.cosize(self.a_smem_staged)], 1024]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.ab_elem, cute.cosize(self.b_smem_staged)], 1024]
-            sC: cute.struct.Align[
-                cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024]
-
-        self.shared_storage = SharedStorage
+        self.shared_storage = self._shared_storage()
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
             self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, M, N, K, ws, peer_tab,
@@ -379,6 +388,9 @@ class Sm90FusedKernel(CommWarps):
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC_ptr = storage.sC.data_ptr()
+        sS_ptr = sC_ptr  # unused unless scaled
+        if cutlass.const_expr(self.scaled):
+            sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
         gA = cute.local_tile(mA, (BM, self.bk), (None, None))
@@ -456,7 +468,7 @@ class Sm90FusedKernel(CommWarps):
             mma_args = (tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
                         rank, local_M, chunk, rounds, lag, tiled_mma, sA, sB, sC, ab_pipe,
                         epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr,
-                        scale_bits)
+                        scale_bits, sS_ptr)
             if cutlass.const_expr(self.push_ctas):
                 if cta >= chunk:  # a push CTA's MMA threads copy with its communication ones
                     self._push_role(tidx - 128 + Int32(_COMM_THREADS), cta, num_ctas,
@@ -533,7 +545,8 @@ class Sm90FusedKernel(CommWarps):
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
-                  epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits):
+                  epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
+                  sS_ptr):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
@@ -565,7 +578,8 @@ class Sm90FusedKernel(CommWarps):
                 first = (mtid == 0) & (tiles_done == Int32(0))
                 tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                 if cutlass.const_expr(self.scaled):
-                    self._prefetch_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits)
+                    self._stage_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits,
+                                       sS_ptr)
                 read_state.reset_count()
                 rel_state.reset_count()
                 # the first k-block overwrites the accumulators: no zero-fill pass
@@ -604,10 +618,15 @@ class Sm90FusedKernel(CommWarps):
                         pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
                         self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
                                      err_addr)
+                if cutlass.const_expr(self.scaled):
+                    # every thread's copies landed, then the tile's scales are visible to all
+                    cute.arch.cp_async_wait_group(0)
+                    self.mma_bar.arrive_and_wait()
                 if real & finish:
                     if cutlass.const_expr(self.scaled):
-                        self._apply_scales(acc, tCcC, tm, tn, M, N, sx_addr, sw_addr,
-                                           scale_bits)
+                        self._apply_scales(acc, tCcC, sS_ptr)
+                        # every thread has read them before the next unit stages its own
+                        self.mma_bar.arrive_and_wait()
                     for e in cutlass.range_constexpr(self.num_sub):
                         for v in cutlass.range_constexpr(size_rD):
                             tRS_rD[v] = tRS_rAcc[e * size_rD + v]
@@ -624,45 +643,36 @@ class Sm90FusedKernel(CommWarps):
                     tiles_done = tiles_done + Int32(1)
 
     @cute.jit
-    def _prefetch_scales(self, mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits):
-        """Per-row scales: the lines of the tile's x and w scales into L1 as its mainloop
-        starts, one MMA thread a line, so the epilogue's loads (one per distinct row and
-        column of a fragment) hit L1 rather than wait on L2 with the tensor pipes idle.
-        One line past each span covers a vector that does not start on a line."""
-        nx = BM * 4 // 128 + 1
-        nw = (self.bn * 4 + 127) // 128 + 1
-        if mtid < Int32(nx):
-            if (scale_bits & Int32(1)) != Int32(0):
-                r = cutlass.min(tm * Int32(BM) + mtid * Int32(32), M - Int32(1))
-                ptx.prefetch_l1(sx_addr + Int64(r) * Int64(4))
-        elif mtid < Int32(nx + nw):
-            if (scale_bits & Int32(2)) != Int32(0):
-                c = cutlass.min(tn * Int32(self.bn) + (mtid - Int32(nx)) * Int32(32),
-                                N - Int32(1))
-                ptx.prefetch_l1(sw_addr + Int64(c) * Int64(4))
+    def _stage_scales(self, mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits, sS_ptr):
+        """fp8: the tile's BM row scales of x and BN column scales of w copied into shared
+        memory as its mainloop starts, one asynchronous 4-byte copy per MMA thread and
+        operand, so the epilogue reads them there instead of waiting on L2 with the tensor
+        pipes idle (the loads of a fragment's 2 + BN / 4 distinct scales did: docs/PERF.md
+        (ac)). A scale of one value (bit 0 / 1 of ``scale_bits`` clear) is copied to every
+        entry; rows past M and columns past N (a partial tile) take the last row's and
+        column's scale: their products are never stored. The previous unit's epilogue ended
+        on a barrier after its reads, so the buffer is free."""
+        base = sS_ptr.toint()
+        if mtid < Int32(BM):
+            r = cutlass.min(tm * Int32(BM) + mtid, M - Int32(1)) * (scale_bits & Int32(1))
+            ptx.cp_async_4(base + mtid * Int32(4), sx_addr + Int64(r) * Int64(4))
+        if mtid < Int32(self.bn):
+            c = (cutlass.min(tn * Int32(self.bn) + mtid, N - Int32(1))
+                 * ((scale_bits >> Int32(1)) & Int32(1)))
+            ptx.cp_async_4(base + (Int32(BM) + mtid) * Int32(4), sw_addr + Int64(c) * Int64(4))
+        cute.arch.cp_async_commit_group()
 
     @cute.jit
-    def _apply_scales(self, acc, tCcC, tm, tn, M, N, sx_addr, sw_addr, scale_bits):
-        """fp8 operands: each accumulator times x's scale for its row and w's for its column
-        (bit 0 / 1 of ``scale_bits``: x's scale per row / w's per column, else one value
-        each). Rows past M and columns past N (a partial tile) read the last row's and
-        column's scale: their products are never stored."""
-        sx = cute.make_tensor(cute.make_ptr(Float32, sx_addr, cute.AddressSpace.gmem,
-                                            assumed_align=4), cute.make_layout(M))
-        sw = cute.make_tensor(cute.make_ptr(Float32, sw_addr, cute.AddressSpace.gmem,
-                                            assumed_align=4), cute.make_layout(N))
-        row_step = scale_bits & Int32(1)
-        col_step = (scale_bits >> Int32(1)) & Int32(1)
-        row0 = tm * Int32(BM)
-        col0 = tn * Int32(self.bn)
+    def _apply_scales(self, acc, tCcC, sS_ptr):
+        """fp8 operands: each accumulator times its row's x scale and its column's w scale,
+        from the shared buffer ``_stage_scales`` filled (rows first, then columns)."""
+        ss = cute.make_tensor(sS_ptr, cute.make_layout(BM + self.bn))
         # unrolled in groups of 8 (one loop of up to 128 steps draws the DSL's warning); the
         # compiler keeps one load per distinct row and column of the fragment
         for g in cutlass.range_constexpr(cute.size(acc) // 8):
             for j in cutlass.range_constexpr(8):
                 r, c = tCcC[8 * g + j]
-                ri = cutlass.min(row0 + r, M - Int32(1)) * row_step
-                ci = cutlass.min(col0 + c, N - Int32(1)) * col_step
-                acc[8 * g + j] = acc[8 * g + j] * (sx[ri] * sw[ci])
+                acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[BM + c])
 
     # ------------------------------------------------------------------ split-K pieces
     @cute.jit

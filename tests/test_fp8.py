@@ -222,10 +222,14 @@ def test_fp8_variant_ptx(ptx_of, v):
     assert f"cvt.rn.{out}.f32" in ptx
     if v.transport == "multicast":
         assert f"multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.{out}" in ptx
-    # the scales: one load per distinct row (2) and column (BN / 4) of a thread's fragment,
-    # each a 4-byte global load
-    assert len(re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)) >= 2 + v.bn // 4
-    assert "prefetch.global.L1" in ptx  # the scale lines, into L1 as each tile starts
+    # the scales: staged by asynchronous 4-byte copies as each tile starts (a row's and a
+    # column's per MMA thread), then read from shared memory, one load per distinct row (2)
+    # and pair of adjacent columns (BN / 8) of a thread's fragment; none from global memory
+    assert len(re.findall(r"cp\.async\.ca\.shared\.global \[%r\d+\], \[%rd\d+\], 4;", ptx)) == 2
+    assert "cp.async.wait_group" in ptx
+    assert len(re.findall(r"ld\.shared\.b32", ptx)) >= 2
+    assert len(re.findall(r"ld\.shared\.v2\.b32", ptx)) >= v.bn // 8
+    assert not re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)
     assert_protocol_ptx(ptx, v)
 
 
@@ -246,4 +250,4 @@ def test_a_bf16_variant_has_no_fp8_or_scale(ptx_of):
     ptx = ptx_of(Variant("sm_90a", 224, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1))
     assert "e4m3" not in ptx and "k16.f32.bf16.bf16" in ptx
     assert not re.findall(r"ld\.global(?:\.nc)?\.(?:b32|f32)", ptx)
-    assert "prefetch.global.L1" not in ptx
+    assert "cp.async.ca" not in ptx
