@@ -184,6 +184,25 @@ def test_unknown_in_dtype_is_refused():
         Sm90FusedKernel(128, 2, "rs", "unicast", in_dtype="e5m2")
 
 
+@pytest.mark.parametrize("bn", [64, 128, 160, 192, 224, 256])
+@pytest.mark.parametrize("mode,push", [("gemm", "tma"), ("rs", "tma"), ("ar", "tma_all"),
+                                       ("rs", "lsu")])
+@pytest.mark.parametrize("stages", [0, 4])
+def test_staged_scales_cost_no_stage_or_ring_slot(bn, mode, push, stages):
+    """An fp8 variant's shared scale buffer fits in what the bf16 variant of the same plan
+    leaves over: the same mainloop stages and sub-tile ring, so fp8 plans keep bf16's."""
+    from launch.sm90_kernel import Sm90FusedKernel
+    kw = dict(push=push, stages=stages)
+    try:
+        bf16 = Sm90FusedKernel(bn, 2, mode, "unicast", **kw)
+    except ValueError:
+        with pytest.raises(ValueError):
+            Sm90FusedKernel(bn, 2, mode, "unicast", in_dtype="e4m3", **kw)
+        return
+    fp8 = Sm90FusedKernel(bn, 2, mode, "unicast", in_dtype="e4m3", **kw)
+    assert (fp8.ab_stage, fp8.epi_slots) == (bf16.ab_stage, bf16.epi_slots)
+
+
 def test_in_dtype_names_its_cache_entry():
     from launch import disk_cache
     v = Variant("sm_90a", 128, 2, "rs", "unicast", push="tma")
