@@ -7,7 +7,9 @@ Warp roles (384 threads, one CTA per SM, persistent over tiles):
   peers' stamps and reduce, so the exchange of tile i overlaps the mainloop of tile i+1;
 - warp groups 1-2: wgmma on 128 x BN tiles (64 rows each), then stmatrix of the fp32
   accumulators as bf16 (or fp16: ``dtype``) into the sub-tile ring (128 x 32 per slot;
-  padded rows, or with bulk-copy pushes unpadded swizzled ones, see ``CommWarps``).
+  padded rows, or with bulk-copy pushes unpadded swizzled ones, see ``CommWarps``); fp8
+  operands: the accumulators are first scaled by the tile's row and column scales, which
+  the same threads copied into shared memory as the tile's mainloop started.
 With ``cta_group`` 2 the grid runs as 2x1 clusters over pair-tiles (``launch.plan``): the two
 CTAs compute vertically adjacent tiles and each TMA-loads half of w's tile for both.
 
