@@ -243,6 +243,13 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
+def ld_f32_nc(addr, *, loc=None, ip=None) -> Float32:
+    """Read-only 4-byte fp32 load (fp8 block scales: written before the launch, never by it)."""
+    return Float32(_asm(T.f32(), [_v(addr, Int64, loc, ip)],
+                        "ld.global.nc.f32 $0, [$1];", "=f,l", loc, ip))
+
+
+@dsl_user_op
 def cp_async_4(smem_addr, gaddr, *, loc=None, ip=None) -> None:
     """Asynchronous 4-byte copy from global memory to a 32-bit shared-window address (no
     register holds the word; ``cp.async.wait_group`` before the copy is read)."""

@@ -82,7 +82,8 @@ class Sm90FusedKernel(CommWarps):
                  push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
-                 trace: int = 0, dtype: str = "bf16", in_dtype: str = "") -> None:
+                 trace: int = 0, dtype: str = "bf16", in_dtype: str = "",
+                 block_scales: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -130,8 +131,19 @@ class Sm90FusedKernel(CommWarps):
         fp8 wgmma accumulating in fp32 at the tensor cores' own precision), and the epilogue
         multiplies each accumulator by x's row scale and w's column scale (launch arguments:
         two fp32 vectors, each read at stride 0 or 1 as ``scale_bits`` says) before rounding
-        it to ``dtype``; "": x and w are ``dtype``."""
+        it to ``dtype``; "": x and w are ``dtype``.
+        ``block_scales`` (fp8, BN 64 or 128): DeepSeek-style block-wise scales, x's one per
+        row and 128-element k-group, w's one per 128 x 128 block (``_block_mainloop``): each
+        k-block's products are accumulated apart and added to the tile's fp32 sums times
+        their two scales, so nothing is left for the epilogue to scale."""
         self._use_dtype(dtype, in_dtype)
+        self.block_scales = bool(block_scales)
+        if self.block_scales and (not self.scaled or bn not in (64, 128)):
+            raise ValueError(f"block-wise scales are for fp8 operands on tiles 64 or 128 wide "
+                             f"(a 128 x 128 block of w per tile column), got in_dtype="
+                             f"{in_dtype!r}, BN={bn}")
+        # per-row / per-tensor scales: applied in the epilogue, from shared memory
+        self.row_scales = self.scaled and not self.block_scales
         if bn not in TILE_NS:
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -207,7 +219,7 @@ class Sm90FusedKernel(CommWarps):
         self.tile_bytes = BM * bn * 2
         # fp8: a tile's row and column scales, staged in shared memory (``_stage_scales``),
         # take the 1 KiB kept spare first
-        spare = max(1024, 4 * (BM + bn)) if self.scaled else 1024
+        spare = max(1024, 4 * (BM + bn)) if self.row_scales else 1024
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         ab_bytes = (BM + bn) * BK_BYTES  # one k-block of x's and w's tiles
         slot_bytes = BM * self.epi_pitch * 2
@@ -273,7 +285,7 @@ class Sm90FusedKernel(CommWarps):
             "sC": cute.struct.Align[
                 cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024],
         }
-        if self.scaled:
+        if self.row_scales:
             fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, BM + self.bn], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
@@ -390,8 +402,8 @@ class Sm90FusedKernel(CommWarps):
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC_ptr = storage.sC.data_ptr()
-        sS_ptr = sC_ptr  # unused unless scaled
-        if cutlass.const_expr(self.scaled):
+        sS_ptr = sC_ptr  # unused unless scaled per row / tensor
+        if cutlass.const_expr(self.row_scales):
             sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
@@ -572,6 +584,18 @@ class Sm90FusedKernel(CommWarps):
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
         tiles_done = Int32(0)  # trace: tiles this CTA has finished
+        acc_k = acc  # block-wise fp8 scales: one k-group's products (``block_scales``)
+        brow0 = Int32(0)
+        brow1 = Int32(0)
+        xs_row = Int64(0)
+        xs_k = Int64(0)
+        ws_blk = Int64(0)
+        ws_k = Int64(0)
+        if cutlass.const_expr(self.block_scales):
+            acc_k = cute.make_rmem_tensor(tCcC.shape, Float32)
+            brow0, _ = tCcC[0]  # this thread's two rows of the tile
+            brow1, _ = tCcC[2]
+            xs_row, xs_k, ws_blk, ws_k = self._block_strides(scale_bits, N, k_tiles)
         for rnd in range(rounds):
             u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
                                      local_M, k_tiles)
@@ -579,35 +603,81 @@ class Sm90FusedKernel(CommWarps):
             if u >= Int32(0):
                 first = (mtid == 0) & (tiles_done == Int32(0))
                 tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
-                if cutlass.const_expr(self.scaled):
+                if cutlass.const_expr(self.row_scales):
                     self._stage_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits,
                                        sS_ptr)
                 read_state.reset_count()
                 rel_state.reset_count()
-                # the first k-block overwrites the accumulators: no zero-fill pass
-                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-                cute.nvgpu.warpgroup.fence()
-                ab_pipe.consumer_wait(read_state)
-                self._mark(ws, cta, trace.MMA_FIRST_K, first)
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                              tCrB[(None, None, kb, read_state.index)], acc)
-                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                cute.nvgpu.warpgroup.commit_group()
-                read_state.advance()
-                for _k in range(1, k_hi - k_lo):
+                if cutlass.const_expr(self.block_scales):
+                    # Each k-block (one 128-element k-group) into acc_k, then added to the
+                    # fp32 sums times its x row and w block scales. The wgmma is waited for
+                    # at once, so the stage goes back to the producer before the adds; the
+                    # other warp group's wgmma keeps the tensor pipes busy meanwhile. The
+                    # next k-group's scales load while this one's wgmma runs.
+                    row0 = cutlass.min(tm * Int32(BM) + brow0, M - Int32(1))
+                    row1 = cutlass.min(tm * Int32(BM) + brow1, M - Int32(1))
+                    xa0 = sx_addr + Int64(row0) * xs_row
+                    xa1 = sx_addr + Int64(row1) * xs_row
+                    wa = sw_addr + Int64(tn * Int32(self.bn) // Int32(128)) * ws_blk
+                    k0 = Int64(k_lo)
+                    s0 = ptx.ld_f32_nc(xa0 + k0 * xs_k)
+                    s1 = ptx.ld_f32_nc(xa1 + k0 * xs_k)
+                    sw = ptx.ld_f32_nc(wa + k0 * ws_k)
+                    acc.fill(0.0)
+                    for kt in range(k_lo, k_hi):
+                        ab_pipe.consumer_wait(read_state)
+                        self._mark(ws, cta, trace.MMA_FIRST_K, first & (kt == k_lo))
+                        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+                        cute.nvgpu.warpgroup.fence()
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            cute.gemm(tiled_mma, acc_k, tCrA[(None, None, kb, read_state.index)],
+                                      tCrB[(None, None, kb, read_state.index)], acc_k)
+                            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                        cute.nvgpu.warpgroup.commit_group()
+                        nk = Int64(cutlass.min(kt + Int32(1), k_hi - Int32(1)))
+                        n0 = ptx.ld_f32_nc(xa0 + nk * xs_k)
+                        n1 = ptx.ld_f32_nc(xa1 + nk * xs_k)
+                        nw = ptx.ld_f32_nc(wa + nk * ws_k)
+                        cute.nvgpu.warpgroup.wait_group(0)
+                        ab_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        read_state.advance()
+                        p0 = s0 * sw
+                        p1 = s1 * sw
+                        # a fragment's values run (row, c), (row, c+1), (row+8, c), (row+8, c+1);
+                        # unrolled in groups of 8 (one loop of 64 draws the DSL's warning)
+                        for g in cutlass.range_constexpr(cute.size(acc) // 8):
+                            for j in cutlass.range_constexpr(8):
+                                i = 8 * g + j
+                                acc[i] = acc[i] + acc_k[i] * (p0 if (j // 2) % 2 == 0 else p1)
+                        s0 = n0
+                        s1 = n1
+                        sw = nw
+                else:
+                    # the first k-block overwrites the accumulators: no zero-fill pass
+                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+                    cute.nvgpu.warpgroup.fence()
                     ab_pipe.consumer_wait(read_state)
+                    self._mark(ws, cta, trace.MMA_FIRST_K, first)
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
                                   tCrB[(None, None, kb, read_state.index)], acc)
+                        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                     cute.nvgpu.warpgroup.commit_group()
-                    cute.nvgpu.warpgroup.wait_group(1)
+                    read_state.advance()
+                    for _k in range(1, k_hi - k_lo):
+                        ab_pipe.consumer_wait(read_state)
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
+                                      tCrB[(None, None, kb, read_state.index)], acc)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        ab_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        read_state.advance()
+                    cute.nvgpu.warpgroup.wait_group(0)
                     ab_pipe.consumer_release(rel_state)
                     rel_state.advance()
-                    read_state.advance()
-                cute.nvgpu.warpgroup.wait_group(0)
-                ab_pipe.consumer_release(rel_state)
-                rel_state.advance()
                 self._mark(ws, cta, trace.MMA_ACC_DONE, first)
 
                 finish = True
@@ -620,12 +690,12 @@ class Sm90FusedKernel(CommWarps):
                         pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
                         self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
                                      err_addr)
-                if cutlass.const_expr(self.scaled):
+                if cutlass.const_expr(self.row_scales):
                     # every thread's copies landed, then the tile's scales are visible to all
                     cute.arch.cp_async_wait_group(0)
                     self.mma_bar.arrive_and_wait()
                 if real & finish:
-                    if cutlass.const_expr(self.scaled):
+                    if cutlass.const_expr(self.row_scales):
                         self._apply_scales(acc, tCcC, sS_ptr)
                         # every thread has read them before the next unit stages its own
                         self.mma_bar.arrive_and_wait()
@@ -675,6 +745,24 @@ class Sm90FusedKernel(CommWarps):
             for j in cutlass.range_constexpr(8):
                 r, c = tCcC[8 * g + j]
                 acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[BM + c])
+
+    @cute.jit
+    def _block_strides(self, scale_bits, N, kb):
+        """Byte strides of block-wise scales, (x per row, x per k-group, w per block row,
+        w per k-group), from ``scale_bits`` (``rsar_core.validate.check_scales``): bit 3 set,
+        x's are M-major (torch's layout), else row-major, their other stride in bits 8-31;
+        bit 4 set, w's (ceil(N / 128), ``kb``) are column-major, else row-major (``kb``: the
+        k-groups, K / 128, one per fp8 k-block)."""
+        big = scale_bits >> Int32(8)
+        x_mmajor = (scale_bits >> Int32(3)) & Int32(1)
+        xs_row = big + x_mmajor * (Int32(1) - big)
+        xs_k = Int32(1) + x_mmajor * (big - Int32(1))
+        nb = (N + Int32(127)) // Int32(128)
+        w_col = (scale_bits >> Int32(4)) & Int32(1)
+        ws_blk = kb + w_col * (Int32(1) - kb)
+        ws_k = Int32(1) + w_col * (nb - Int32(1))
+        return (Int64(xs_row) * Int64(4), Int64(xs_k) * Int64(4), Int64(ws_blk) * Int64(4),
+                Int64(ws_k) * Int64(4))
 
     # ------------------------------------------------------------------ split-K pieces
     @cute.jit

@@ -22,13 +22,16 @@ from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatc
 from .ordering import raw_stream
 from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_call, check_construction,
                        check_dtype, check_input_dtype, check_out, check_scales, check_warmup,
-                       check_weight, weight_of)
+                       check_weight, weight_of, SCALE_BLOCK)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
 
 KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
 DEFAULT_TIMEOUT_S = 5.0
+# Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'
+# registers hold the tile's sums and one k-group's products side by side
+BLOCK_BN = 128
 
 
 def timeout_from_env() -> float:
@@ -267,11 +270,13 @@ class GemmRsAr:
         return _pair_ctas(self.device.index, self.sm_count)
 
     def plan(self, M: int, K: int, mode: str | None = None, *,
-             band: int | None = None) -> TilePlan:
+             band: int | None = None, block: bool = False) -> TilePlan:
         """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
-        ``band``: override the tile order's band, as ``force_band`` does). For fp8 operands
+        ``band``: override the tile order's band, as ``force_band`` does; ``block``: fp8
+        block-wise scales, on tiles 128 wide unless ``force_bn`` is 64). For fp8 operands
         its ``K`` is ``launch.plan.plan_depth``'s, half the call's."""
         K = plan_depth(K, self._in_name)
+        bn = self.force_bn or (BLOCK_BN if block else None)
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
         pairs = self.arch in BLACKWELL or self.force_cta_group != 1
         if self.force_push_ctas and (mode or self.mode) == "ar":
@@ -281,10 +286,10 @@ class GemmRsAr:
                 raise RsarValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
                                      "pushes")
             return push_plan(M, self.N, K, self.world, self.sm_count, self.force_push_ctas,
-                             bn=self.force_bn,
+                             bn=bn,
                              band=self.force_band if band is None else band)
         return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
-                         arch=self.arch, bn=self.force_bn,
+                         arch=self.arch, bn=bn,
                          pair_ctas=self.pair_ctas if pairs else None,
                          cta_group=self.force_cta_group, lag=self.force_lag,
                          rotate=self.force_rotate, peers_first=self.force_peers_first,
@@ -319,15 +324,23 @@ class GemmRsAr:
         Each rank's partial is then (x_scale * x) @ (w_scale * w).T, rounded to ``dtype``
         before the sum, as torch._scaled_mm followed by a collective computes it; the
         tensor cores accumulate fp8 products at their own precision (cuBLAS's fast
-        accumulation). K is then a multiple of 128."""
+        accumulation). K is then a multiple of 128.
+
+        Block-wise scales (DeepSeek-V3 style, sm90): ``x_scale`` (M, K / 128), one per row
+        of x and 128-element k-group, row-major or M-major (stride (1, S), S >= M: torch's
+        BlockWise1x128 layout); ``w_scale`` (ceil(N / 128), K / 128), one per 128 x 128
+        block of w, row-major or column-major. Each k-group's products are then summed in
+        fp32 times their two scales (as torch's BlockWise1x128 x BlockWise128x128 scaled_mm
+        does), on tiles 128 wide (``force_bn`` 64 or 128)."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
-        bits = check_scales(x_scale, w_scale, x.shape[0], self.N, self.device, self._in_name)
+        M, K = x.shape
+        bits = check_scales(x_scale, w_scale, M, self.N, self.device, self._in_name, K)
+        block = self._check_block(bits)
         self.check()
         w = weight_of(w)
-        M, K = x.shape
-        prepared = self._prepare(M, K, self.mode)
+        prepared = self._prepare(M, K, self.mode, block=block)
         rows = M if self.all_reduce else prepared[0].local_M
         if out is None:
             y = torch.empty((rows, self.N), dtype=self.dtype, device=self.device)
@@ -351,32 +364,54 @@ class GemmRsAr:
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
-        bits = check_scales(x_scale, w_scale, x.shape[0], self.N, self.device, self._in_name)
-        w = weight_of(w)
         M, K = x.shape
-        prepared = self._prepare(M, K, "gemm", epi_slots, band)
+        bits = check_scales(x_scale, w_scale, M, self.N, self.device, self._in_name, K)
+        block = self._check_block(bits)
+        w = weight_of(w)
+        prepared = self._prepare(M, K, "gemm", epi_slots, band, block=block)
         y = torch.empty((M, self.N), dtype=self.dtype, device=self.device)
         self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
 
-    def warmup(self, Ms: Iterable[int], K: int) -> None:
+    def warmup(self, Ms: Iterable[int], K: int, *, block_scales: bool = False) -> None:
         """Plan the calls of these M at this K and compile their kernels (or load them from
         the kernel cache, ``RSAR_KERNEL_CACHE``), without launching anything: a serving
         stack calls it at start-up with its batch sizes, so that no request waits on a
         compile. Collective, like the calls it prepares (every rank, the same Ms and K);
-        bad values raise RsarValueError before anything is compiled."""
+        bad values raise RsarValueError before anything is compiled. ``block_scales``: the
+        calls will pass block-wise fp8 scales (their kernels differ)."""
         self._require_open()
         self._require_kernel()
-        for M in check_warmup(Ms, K, self.max_M, self._in_name):
-            self._prepare(M, K, self.mode)
+        Ms = check_warmup(Ms, K, self.max_M, self._in_name)
+        block = self._check_block(SCALE_BLOCK if block_scales else 0)
+        for M in Ms:
+            self._prepare(M, K, self.mode, block=block)
+
+    def _check_block(self, bits: int) -> bool:
+        """Whether a call's scale bits are block-wise, where this op can run them: fp8 on
+        sm90, on tiles of 128 (or a forced 64) columns."""
+        if not bits & SCALE_BLOCK:
+            return False
+        if not self._in_name:
+            raise RsarValueError("block-wise scales are for fp8 ops (input_dtype="
+                                 "torch.float8_e4m3fn)")
+        if self.arch != "sm_90a":
+            raise UnsupportedError(f"block-wise fp8 scales run on sm90 (H100/H200) so far, "
+                                   f"not {self.arch}")
+        if self.force_bn not in (None, 64, 128):
+            raise RsarValueError(f"block-wise scales run on tiles 64 or 128 wide (a 128 x 128 "
+                                 f"block of w per tile column), not force_bn={self.force_bn}")
+        return True
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                         band: int | None = None) -> tuple[TilePlan, Any]:
+                         band: int | None = None, *,
+                         block: bool = False) -> tuple[TilePlan, Any]:
         """The plan of a call and its compiled launcher (tests, scripts)."""
-        return self._prepare(M, K, mode, epi_slots, band)[:2]
+        return self._prepare(M, K, mode, epi_slots, band, block=block)[:2]
 
     def _prepare(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                 band: int | None = None) -> tuple[TilePlan, Any, tuple[int, ...]]:
+                 band: int | None = None, *,
+                 block: bool = False) -> tuple[TilePlan, Any, tuple[int, ...]]:
         """(plan, launcher, the launch's fixed arguments) of a call, made once per shape and
         knob setting: a call then looks it up, which keeps the host path short."""
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
@@ -390,12 +425,12 @@ class GemmRsAr:
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
                self.force_split_row, self.force_push_ctas, self.force_lean_exit,
-               self.force_tma_store)
+               self.force_tma_store, block)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = self.plan(M, K, mode, band=band)
+            plan = self.plan(M, K, mode, band=band, block=block)
             compiled_before = CACHE.compile_count
             # the plan's structure as default_variant reads it, then every knob this op forces
             v = replace(default_variant(self.arch, self.world, self.transport, plan,
@@ -405,7 +440,8 @@ class GemmRsAr:
                         prefetch=prefetch, early_copy=self._early_copy(plan),
                         push_window=self._push_window(plan, push),
                         lean_exit=self._lean_exit(mode),
-                        tma_store=self._tma_store(plan, push), trace=trace)
+                        tma_store=self._tma_store(plan, push), trace=trace,
+                        block_scales=int(block))
             fn = CACHE.get(v)
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first

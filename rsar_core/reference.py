@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import torch
 
+# the k-group of block-wise fp8 scales, and the w block's rows
+BLOCK = 128
+
 
 def rank_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
                 scale: float = 1.0, dtype: torch.dtype = torch.bfloat16
@@ -29,23 +32,49 @@ def reference_sum(seed: int, world: int, M: int, N: int, K: int,
 
 
 def rank_fp8_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
-                    per_row: bool = True) -> tuple[torch.Tensor, ...]:
+                    per_row: bool = True, block: bool = False) -> tuple[torch.Tensor, ...]:
     """(x, w, x_scale, w_scale) of one rank for an fp8 op: float8_e4m3fn operands of unit
     spread and float32 scales around 1 (x) and K^-1/2 (w), one per row of x / of w where
-    ``per_row``, else one each."""
+    ``per_row``, else one each; with ``block``, DeepSeek-style block-wise scales: x's per
+    row and 128-element k-group, (M, K / 128), w's per 128 x 128 block, (ceil(N / 128),
+    K / 128), both row-major, spread over 2^-4..2^4 so that a scale applied to the wrong
+    block shows."""
     g = torch.Generator(device=device)
     g.manual_seed(seed * 1013 + rank)
     x = torch.randn(M, K, generator=g, device=device).to(torch.float8_e4m3fn)
     w = torch.randn(N, K, generator=g, device=device).to(torch.float8_e4m3fn)
+    if block:
+        kb = K // BLOCK
+        sx = torch.exp2(torch.randint(-4, 5, (M, kb), generator=g, device=device).float()
+                        + torch.rand(M, kb, generator=g, device=device))
+        nb = -(-N // BLOCK)
+        sw = torch.exp2(torch.randint(-4, 5, (nb, kb), generator=g, device=device).float()
+                        + torch.rand(nb, kb, generator=g, device=device)) * K ** -0.5
+        return x, w, sx, sw
     shape_x, shape_w = ((M, 1), (N,)) if per_row else ((), ())
     sx = 0.75 + 0.5 * torch.rand(shape_x, generator=g, device=device)
     sw = (0.75 + 0.5 * torch.rand(shape_w, generator=g, device=device)) * K ** -0.5
     return x, w, sx, sw
 
 
+def is_block_scaled(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> bool:
+    """Whether ``w_scale`` is block-wise: (ceil(N / 128), K / 128), not one value or one
+    per row of w."""
+    N, K = w.shape
+    return (w_scale.dim() == 2 and w_scale.numel() > 1
+            and tuple(w_scale.shape) == (-(-N // BLOCK), K // BLOCK))
+
+
 def scaled_product(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
                    w_scale: torch.Tensor) -> torch.Tensor:
-    """(x_scale * x) @ (w_scale * w).T in float64: what an fp8 op's rank contributes."""
+    """(x_scale * x) @ (w_scale * w).T in float64: what an fp8 op's rank contributes (scales
+    one each, one per row, or block-wise, each broadcast over the elements it scales)."""
+    if is_block_scaled(x, w, w_scale):
+        N = w.shape[0]
+        xs = x.double() * x_scale.double().repeat_interleave(BLOCK, dim=1)
+        full_w = w_scale.double().repeat_interleave(BLOCK, dim=0)[:N]
+        ws = w.double() * full_w.repeat_interleave(BLOCK, dim=1)
+        return xs @ ws.T
     xs = x.double() * x_scale.double().reshape(-1, 1)
     ws = w.double() * w_scale.double().reshape(-1, 1)
     return xs @ ws.T
@@ -56,7 +85,20 @@ def scaled_mm(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: 
               out: torch.Tensor | None = None) -> torch.Tensor:
     """torch._scaled_mm(x, w.T) with fast accumulation, on an fp8 op's operands and scales
     in the shapes GemmRsAr takes (one value each, or one per row of x / of w): the fp8
-    anchor of the benchmarks and tests, accumulating as the kernel's tensor cores do."""
+    anchor of the benchmarks and tests, accumulating as the kernel's tensor cores do.
+    Block-wise scales go to ``torch.nn.functional.scaled_mm`` (BlockWise1x128 x
+    BlockWise128x128, in the layouts it takes: x's M-major, w's as a view), which promotes
+    each k-group's products to fp32 as the kernel does."""
+    if is_block_scaled(x, w, w_scale):
+        import torch.nn.functional as F
+        st = F.ScalingType
+        a = x_scale.t().contiguous().t()  # (M, K / 128), stride (1, M)
+        y = F.scaled_mm(x, w.t(), a, st.BlockWise1x128, w_scale.t(), st.BlockWise128x128,
+                        output_dtype=out_dtype)
+        if out is not None:
+            out.copy_(y)
+            return out
+        return y
     a = x_scale.reshape(-1, 1) if x_scale.numel() > 1 else x_scale
     b = w_scale.reshape(1, -1) if w_scale.numel() > 1 else w_scale
     kw = {} if out is None else {"out": out}
@@ -65,11 +107,11 @@ def scaled_mm(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: 
 
 
 def reference_fp8_sum(seed: int, world: int, M: int, N: int, K: int, device: torch.device,
-                      per_row: bool = True) -> torch.Tensor:
+                      per_row: bool = True, block: bool = False) -> torch.Tensor:
     """sum_r of ``scaled_product`` over every rank's ``rank_fp8_inputs``, in float64."""
     acc = torch.zeros(M, N, dtype=torch.float64, device=device)
     for r in range(world):
-        acc += scaled_product(*rank_fp8_inputs(seed, r, M, N, K, device, per_row))
+        acc += scaled_product(*rank_fp8_inputs(seed, r, M, N, K, device, per_row, block))
     return acc
 
 

@@ -88,14 +88,65 @@ def _scale_rows(name: str, s: Any, n: int, what: str, device: torch.device) -> i
         return 0
     if len(shape) <= 2 and s.numel() == n and max(shape) == n:
         return 1
-    raise RsarValueError(f"{name} must hold one scale (shape () or (1,)) or one per {what} "
-                         f"((n,), (n, 1) or (1, n) with n={n}), got shape {shape}")
+    raise RsarValueError(f"{name} must hold one scale (shape () or (1,)), block-wise ones "
+                         f"with the other scale's (x: (M, K / 128), w: (ceil(N / 128), "
+                         f"K / 128)), or one per {what} ((n,), (n, 1) or (1, n) with n={n}), "
+                         f"got shape {shape}")
+
+
+# ``check_scales``' bits beyond the per-row flags (0, 1): block-wise scales, x's M-major,
+# w's column-major; x's block scale stride above SCALE_STRIDE_SHIFT
+# (``launch.sm90_kernel.Sm90FusedKernel._block_strides``)
+SCALE_BLOCK, SCALE_X_MMAJOR, SCALE_W_COLMAJOR = 4, 8, 16
+SCALE_STRIDE_SHIFT = 8
+# the k-group of block-wise scales, and the w block's rows
+SCALE_BLOCK_K = 128
+
+
+def _scale_tensor(name: str, s: Any, device: torch.device) -> None:
+    if not isinstance(s, torch.Tensor):
+        raise RsarTypeError(f"{name} must be a torch.Tensor of float32 scales, got "
+                            f"{type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise RsarTypeError(f"{name} must be float32, got {s.dtype}")
+    if s.device != device:
+        raise RsarValueError(f"{name} must be on {device}, got {s.device}")
+
+
+def _block_bits(x_scale: torch.Tensor, w_scale: torch.Tensor, M: int, nb: int, kb: int) -> int:
+    """The bits of block-wise scales: x's (M, kb) row-major or M-major (torch's layout,
+    stride (1, S) with S >= M), w's (nb, kb) row-major or column-major."""
+    if x_scale.dim() != 2 or tuple(x_scale.shape) != (M, kb):
+        raise RsarValueError(
+            f"w_scale is block-wise ({nb} x {kb}: one per 128 x 128 block of w), so x_scale "
+            f"must be too: one per row of x and 128-element k-group, shape ({M}, {kb}), got "
+            f"{tuple(x_scale.shape)}")
+    bits = SCALE_BLOCK
+    if x_scale.is_contiguous():
+        stride = kb
+    elif x_scale.stride(0) == 1 and x_scale.stride(1) >= M:
+        bits |= SCALE_X_MMAJOR
+        stride = x_scale.stride(1)
+    else:
+        raise RsarValueError(f"x_scale ({M}, {kb}) must be row-major or M-major (strides "
+                             f"({kb}, 1) or (1, S) with S >= {M}), got {x_scale.stride()}")
+    if stride >= 1 << (31 - SCALE_STRIDE_SHIFT):
+        raise RsarValueError(f"x_scale's stride {stride} is too large for the kernel "
+                             f"(at most {(1 << (31 - SCALE_STRIDE_SHIFT)) - 1})")
+    if not w_scale.is_contiguous():
+        if w_scale.stride() != (1, nb):
+            raise RsarValueError(f"w_scale ({nb}, {kb}) must be dense, row-major or "
+                                 f"column-major, got strides {w_scale.stride()}")
+        bits |= SCALE_W_COLMAJOR
+    return bits | stride << SCALE_STRIDE_SHIFT
 
 
 def check_scales(x_scale: Any, w_scale: Any, M: int, N: int, device: torch.device,
-                 input_dtype: str) -> int:
+                 input_dtype: str, K: int = 0) -> int:
     """The kernel's scale bits of a call (bit 0: x's scale per row, bit 1: w's per output
-    column): fp8 ops need both scales, others take none."""
+    column; ``SCALE_BLOCK`` and the bits above it: block-wise scales, DeepSeek-style, x's
+    per row and 128-element k-group, w's per 128 x 128 block): fp8 ops need both scales,
+    others take none. ``K``: the call's depth (block-wise scales are recognised with it)."""
     if not input_dtype:
         if x_scale is not None or w_scale is not None:
             raise RsarValueError("x_scale / w_scale are for fp8 operands: this op's x and w are "
@@ -103,7 +154,18 @@ def check_scales(x_scale: Any, w_scale: Any, M: int, N: int, device: torch.devic
         return 0
     if x_scale is None or w_scale is None:
         raise RsarValueError("an fp8 op needs x_scale and w_scale (float32: one value, or one "
-                             "per row of x / per row of w), as torch._scaled_mm does")
+                             "per row of x / per row of w, or block-wise), as torch._scaled_mm "
+                             "does")
+    _scale_tensor("x_scale", x_scale, device)
+    _scale_tensor("w_scale", w_scale, device)
+    kb, nb = K // SCALE_BLOCK_K, -(-N // SCALE_BLOCK_K)
+    if K and w_scale.dim() == 2 and w_scale.numel() > 1 and tuple(w_scale.shape) == (nb, kb):
+        return _block_bits(x_scale, w_scale, M, nb, kb)
+    if K and kb > 1 and x_scale.dim() == 2 and tuple(x_scale.shape) == (M, kb):
+        raise RsarValueError(
+            f"x_scale is block-wise ({M} x {kb}: one per row and 128-element k-group), so "
+            f"w_scale must be too: one per 128 x 128 block of w, shape ({nb}, {kb}), got "
+            f"{tuple(w_scale.shape)}")
     return (_scale_rows("x_scale", x_scale, M, "row of x", device)
             | _scale_rows("w_scale", w_scale, N, "row of w (output column)", device) << 1)
 

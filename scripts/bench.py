@@ -18,11 +18,17 @@ times GPU work only; the host's cost per call is the separate *_host column. tor
 blocks the host inside each call) is timed back to back instead.
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, cuBLAS's
-form; ``row``: per row of x and of w) and bf16 results. ``mm`` is then torch._scaled_mm
-(fast accumulation, as the tensor cores accumulate fp8 in the fused kernel), ``mm_rs`` /
-``mm_ar`` it followed by NCCL, and ``torch_rs``
-torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter; every GemmRsAr column takes the
-scales with the inputs. The link bound counts the bf16 result's bytes as before.
+form; ``row``: per row of x and of w; ``block``: DeepSeek-style block-wise, x's per row and
+128-element k-group, w's per 128 x 128 block) and bf16 results. ``mm`` is then
+torch._scaled_mm (fast accumulation, as the tensor cores accumulate fp8 in the fused
+kernel; block-wise: torch's BlockWise1x128 x BlockWise128x128 scaled_mm, which promotes
+each k-group as the kernel does), ``mm_rs`` / ``mm_ar`` it followed by NCCL, and
+``torch_rs`` torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter (not for block-wise
+scales, which it does not take: n/a there); every GemmRsAr column takes the scales with
+the inputs. Where the anchor raises at a shape (a torch build or shape its block-wise
+scaled_mm does not take), ``mm`` / ``mm_rs`` / ``mm_ar`` are n/a there and the reason is
+printed and kept in the row's ``anchor_error``. The link bound counts the bf16 result's
+bytes as before.
 """
 from __future__ import annotations
 
@@ -49,6 +55,12 @@ L2_BYTES = 60 * 2**20
 # back, as a serving loop calling it would see it, in one block (in blocks of 10 calls its
 # median at M <= 1024 doubled: ~400 against ~200 us).
 HOST_SYNCED = {"torch_rs"}
+# the columns the fp8 anchor (``rsar_core.reference.scaled_mm``) computes: n/a at a shape
+# where it raises
+ANCHORED = ("mm", "mm_rs", "mm_ar")
+# columns with no form for block-wise fp8 scales (symm_mem's fused scaled matmul takes one
+# scale each or one per row)
+NO_BLOCK_SCALES = ("torch_rs",)
 
 
 def parse() -> argparse.Namespace:
@@ -104,9 +116,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
                    help="element type of every column's inputs and outputs (default bf16; "
                         "e4m3: fp8 inputs with fp32 scales, bf16 outputs)")
-    p.add_argument("--scales", choices=["tensor", "row"], default="tensor",
-                   help="with --dtype e4m3: one scale per operand (default) or one per row "
-                        "of x and of w")
+    p.add_argument("--scales", choices=["tensor", "row", "block"], default="tensor",
+                   help="with --dtype e4m3: one scale per operand (default), one per row "
+                        "of x and of w, or block-wise (x per row and 128-element k-group, w "
+                        "per 128 x 128 block; torch_rs is n/a)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -184,7 +197,8 @@ class Bench:
         nsets = max(2, min(8, math.ceil(3 * L2_BYTES / ((M * K + N * K) * size))))
         if self.fp8:
             return [rank_fp8_inputs(1000 + i, self.rank, M, N, K, self.dev,
-                                    per_row=self.args.scales == "row") for i in range(nsets)]
+                                    per_row=self.args.scales == "row",
+                                    block=self.args.scales == "block") for i in range(nsets)]
         return [rank_inputs(1000 + i, self.rank, M, N, K, self.dev, dtype=self.dtype)
                 for i in range(nsets)]
 
@@ -276,6 +290,16 @@ class Bench:
             "rsar_ar": (ops["ar"], sets),
             "gemm_only": (ops["rs"].gemm_only, sets),
         }
+        anchor_why = None
+        if self.fp8:
+            # the anchor's columns where torch runs these scales at this shape (every rank
+            # drops the same ones: the reason any rank met)
+            whys = self.comm.allgather(anchor_error(product, sets[0]))
+            anchor_why = next((w for w in whys if w), None)
+            for name in na_columns(self.args.scales == "block", anchor_why):
+                del cols[name]
+            if anchor_why and self.rank == 0:
+                print(f"  fp8 anchor n/a at M={M} N={N} K={K}: {anchor_why}", file=sys.stderr)
         if self.args.gemm_sweep:
             for band in (0, 8, 16, 32):
                 for slots in (0, 2):
@@ -436,6 +460,8 @@ class Bench:
                    bound_rs=max(gemm_best, link_rs), bound_ar=max(gemm_best, 2 * link_rs))
         if self.fp8:
             row["scales"] = self.args.scales
+            if anchor_why:
+                row["anchor_error"] = anchor_why
         row["ratios"] = _ratios(t, row)
         row["iqr_pct"] = {name: iqr for name, (_, iqr) in stats.items()}
         return row
@@ -511,9 +537,27 @@ def _with(op, fn, **knobs):
     return call
 
 
+def anchor_error(fn, inputs: tuple) -> str | None:
+    """None where the anchor ``fn`` runs on ``inputs``, else why not ("Type: first line of
+    the message"): torch's block-wise scaled_mm refuses some shapes and builds."""
+    try:
+        fn(*inputs)
+    except Exception as e:  # any refusal: the anchor is n/a, the sweep goes on
+        msg = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {msg[0] if msg else ''}"
+    return None
+
+
+def na_columns(block: bool, anchor_why: str | None) -> list[str]:
+    """The columns an fp8 shape leaves out: those with no block-wise form (``block``), and
+    the anchor's where it raised (``anchor_why``)."""
+    return list(NO_BLOCK_SCALES if block else ()) + list(ANCHORED if anchor_why else ())
+
+
 def _pad_rows(inputs: tuple, Mp: int) -> tuple:
-    """An input set with x (and a per-row x_scale) padded with zero rows to ``Mp``: what the
-    unfused reduce-scatter and torch's fused op take (M a multiple of the world size)."""
+    """An input set with x (and a per-row or block-wise x_scale) padded with zero rows to
+    ``Mp``: what the unfused reduce-scatter and torch's fused op take (M a multiple of the
+    world size)."""
     import torch
     x, w, *scales = inputs
     pad = Mp - x.shape[0]
@@ -594,6 +638,10 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    for r in rows:  # fp8 shapes torch's scaled_mm refused: its columns read "-"
+        if r.get("anchor_error"):
+            lines.append(f"- M={r['M']} N={r['N']} K={r['K']}: fp8 anchor n/a "
+                         f"({r['anchor_error']})")
     iqr: dict[str, list[float]] = {}
     for r in rows:
         for c, v in r.get("iqr_pct", {}).items():

@@ -21,9 +21,17 @@ tensor stores / by the communication threads), joined with ``+`` (``c1+bn256+sta
 ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
-torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w) and bf16 results; the
-``mm`` column is then torch._scaled_mm with fast accumulation, and plans are made at half
-the depth (``launch.plan.plan_depth``).
+torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w; ``block``: DeepSeek-style
+block-wise, x's per row and 128-element k-group, w's per 128 x 128 block) and bf16 results;
+the ``mm`` column is then torch._scaled_mm with fast accumulation (block-wise: torch's
+BlockWise1x128 x BlockWise128x128 scaled_mm, ``rsar_core.reference.scaled_mm``), and plans
+are made at half the depth (``launch.plan.plan_depth``). Block-wise scales run 128-wide
+tiles as the op does (a ``bn64`` column: 64-wide; other widths are skipped). Where torch's
+anchor raises at a shape (a torch build or shape its block-wise scaled_mm does not take),
+``mm`` is n/a there: None in the JSON row, with the reason in ``anchor_error``, and the
+shape left out of the geomeans.
+
+    python3 scripts/gemm_one_gpu.py --dtype e4m3 --scales block --columns default,c1,c2,bn64
 """
 from __future__ import annotations
 
@@ -70,12 +78,15 @@ def column_knobs(name: str) -> dict:
 
 
 def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
-                pair_ctas: int | None = None, dtype: str = "bf16") -> tuple:
+                pair_ctas: int | None = None, dtype: str = "bf16",
+                block: bool = False) -> tuple:
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
     (an unknown width, too many stages; a width that does not divide N ends each tile row
     on a partial tile). ``pair_ctas``: CTAs resident at once
     as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM); ``dtype``: the variant's
-    element type ("bf16" / "f16"; "e4m3": fp8 operands, bf16 results)."""
+    element type ("bf16" / "f16"; "e4m3": fp8 operands, bf16 results); ``block``: fp8
+    block-wise scales, on 128-wide tiles unless the column forces 64 (as
+    ``GemmRsAr.plan``), ValueError for other widths."""
     from dataclasses import replace
 
     from launch.cache import default_variant
@@ -85,6 +96,15 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     # variant knobs; the rest are make_plan's
     forced = {k: knobs.pop(k) for k in ("stages", "tma_store") if k in knobs}
     in_dtype = dtype if dtype in IN_DTYPES else ""
+    if block:
+        from rsar_core.gemm_rsar import BLOCK_BN
+        if not in_dtype:
+            raise ValueError("block-wise scales are for fp8 operands (--dtype e4m3)")
+        knobs.setdefault("bn", BLOCK_BN)
+        if knobs["bn"] not in (64, BLOCK_BN):
+            raise ValueError(f"block-wise scales run on tiles 64 or {BLOCK_BN} wide, not "
+                             f"{knobs['bn']} ({name!r})")
+        forced["block_scales"] = 1
     plan = make_plan(M, N, plan_depth(K, in_dtype), 2, sm_count, "gemm", pair_ctas=pair_ctas,
                      **knobs)
     # as the op launches it, whatever the column forces
@@ -93,14 +113,16 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     if v.stages:
         from launch.sm90_kernel import Sm90FusedKernel
         Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push,
-                        stages=v.stages)
+                        stages=v.stages, **({"in_dtype": v.in_dtype, "block_scales": 1}
+                                            if v.block_scales else {}))
     return plan, v
 
 
 def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
                scales: str = "") -> list:
     """Random (x, w) pairs (bf16 unless ``dtype``), enough that rotating through them leaves
-    none in L2; fp8 ones with their fp32 (x_scale, w_scale), ``scales`` "tensor" or "row"."""
+    none in L2; fp8 ones with their fp32 (x_scale, w_scale), ``scales`` "tensor", "row" or
+    "block" (``rsar_core.reference.rank_fp8_inputs``: row-major block-wise scales)."""
     import torch
     dtype = dtype or torch.bfloat16
     size = torch.empty((), dtype=dtype).element_size()
@@ -109,18 +131,23 @@ def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
         return [(torch.randn(M, K, device=dev).to(dtype),
                  (torch.randn(N, K, device=dev) / K ** 0.5).to(dtype)) for _ in range(nsets)]
     from rsar_core.reference import rank_fp8_inputs
-    return [rank_fp8_inputs(i, 0, M, N, K, dev, per_row=scales == "row") for i in range(nsets)]
+    return [rank_fp8_inputs(i, 0, M, N, K, dev, per_row=scales == "row",
+                            block=scales == "block") for i in range(nsets)]
 
 
-def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int) -> Any:
+def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int,
+             scale_bits: int | None = None) -> Any:
     """``run(x, w[, x_scale, w_scale])``: the plain-GEMM kernel ``fn`` on ``plan`` into ``y``
     at depth ``K`` (the call's; an fp8 plan's is half of it), on the current stream, with a
-    workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers."""
+    workspace ``ws`` laid out by ``lay`` (its split-K slots) and no peers. ``scale_bits``:
+    the scales' kernel bits (``rsar_core.validate.check_scales``; needed for block-wise
+    ones); None: per-row or one each, as each call's scales' sizes say."""
     import torch
 
     def run(x: Any, w: Any, sx: Any = None, sw: Any = None) -> None:
         p = plan
-        bits = 0 if sx is None else int(sx.numel() > 1) | int(sw.numel() > 1) << 1
+        bits = (0 if sx is None else scale_bits if scale_bits is not None
+                else int(sx.numel() > 1) | int(sw.numel() > 1) << 1)
         fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), 0 if sx is None else sx.data_ptr(),
            0 if sw is None else sw.data_ptr(), bits, p.M, p.N, K, ws.data_ptr(), 0, 0,
            err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
@@ -168,9 +195,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
                    help="element type of x, w and the output, for both kernels (default "
                         "bf16; e4m3: fp8 operands, bf16 results, against torch._scaled_mm)")
-    p.add_argument("--scales", choices=["tensor", "row"], default="tensor",
+    p.add_argument("--scales", choices=["tensor", "row", "block"], default="tensor",
                    help="with --dtype e4m3: one fp32 scale per operand (cuBLAS's form, the "
-                        "default) or one per row of x and of w")
+                        "default), one per row of x and of w, or block-wise (x per row and "
+                        "128-element k-group, w per 128 x 128 block; 128-wide tiles, or a "
+                        "bn64 column's 64; K a multiple of 128)")
     a = p.parse_args(argv)
     a.column_list = [c for c in a.columns.split(",") if c]
     for c in a.column_list:
@@ -187,15 +216,33 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--shapes takes M,N,K triples of positive ints, ';'-separated")
     if a.iters < 1 or a.blocks < 1:
         p.error("--iters and --blocks must be >= 1")
+    if a.scales != "tensor" and a.dtype != "e4m3":
+        p.error("--scales is for --dtype e4m3")
+    if a.scales == "block" and any(s[2] % 128 for s in a.shape_list):
+        p.error("--scales block takes K a multiple of 128 (one scale per 128-element k-group)")
     return a
 
 
 def geomeans(rows: list[dict]) -> dict[str, float]:
     """Geometric mean of torch.mm / column per column, over the shapes where the column ran
-    (a plan that cannot run at a shape is skipped there)."""
+    (a plan that cannot run at a shape is skipped there) and torch's anchor did (None where
+    it raised: block-wise scales at a shape torch's scaled_mm does not take)."""
+    rows = [r for r in rows if r["us"].get("mm") is not None]
     names = list(dict.fromkeys(k for r in rows for k in r["us"] if k != "mm"))
     return {k: statistics.geometric_mean([r["us"]["mm"] / r["us"][k] for r in rows
                                           if k in r["us"]]) for k in names}
+
+
+def anchor_error(fn: Any, inputs: tuple) -> str | None:
+    """None where the anchor ``fn`` runs on ``inputs``, else why not ("Type: first line of
+    the message"), for the shape's row: torch's block-wise scaled_mm refuses some shapes
+    and builds, and the sweep goes on without it there."""
+    try:
+        fn(*inputs)
+    except Exception as e:  # any refusal: the anchor is n/a at this shape
+        msg = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {msg[0] if msg else ''}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,8 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
     from rsar_core.reference import scaled_mm
-    from rsar_core.validate import IN_DTYPES, torch_dtype
+    from rsar_core.validate import IN_DTYPES, check_scales, torch_dtype
     fp8 = a.dtype in IN_DTYPES.values()
+    block = fp8 and a.scales == "block"
     in_dtype = torch.float8_e4m3fn if fp8 else torch_dtype(a.dtype)
     dtype = torch.bfloat16 if fp8 else in_dtype
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -223,14 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         y = torch.empty(M, N, dtype=dtype, device=dev)
         cols: dict[str, Any] = {"mm": (lambda *a: scaled_mm(*a, y.dtype, out=y)) if fp8 else
                                 (lambda x, w: torch.mm(x, w.t(), out=y))}
+        anchor_why = anchor_error(cols["mm"], sets[0]) if fp8 else None
+        if anchor_why:  # torch's scaled_mm does not take these scales here: mm is n/a
+            del cols["mm"]
+        # the kernel's scale bits, as the op derives them (the same for every set)
+        bits = (check_scales(sets[0][2], sets[0][3], M, N, dev, a.dtype, K) if fp8
+                else None)
         skipped = {}
         for name in a.column_list:
             try:
-                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype)
+                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block)
             except ValueError as e:
                 skipped[name] = str(e)
                 continue
-            cols[name] = launcher(CACHE.get(v), plan, y, ws, err, lay, K)
+            cols[name] = launcher(CACHE.get(v), plan, y, ws, err, lay, K, bits)
         if fp8:
             from rsar_core.reference import scaled_product
             ref = scaled_product(*sets[0])
@@ -254,13 +308,24 @@ def main(argv: list[str] | None = None) -> int:
                 times[name] += us_calls
                 retried[name] += again
         us = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped,
-                     "retried": {k: n for k, n in retried.items() if n}})
+        if anchor_why:  # the anchor's entries first, as where it ran
+            us, errors = {"mm": None, **us}, {"mm": None, **errors}
+        row = {"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped,
+               "retried": {k: n for k, n in retried.items() if n}}
+        if anchor_why:
+            row["anchor_error"] = anchor_why
+        rows.append(row)
         print(f"{M} x {N} x {K}: " + "  ".join(
-            f"{k} {v:.1f} us" + (f" ({us['mm'] / v:.3f})" if k != "mm" else "")
-            for k, v in us.items()), flush=True)
-    print("geomean torch.mm / column: " + "  ".join(
-        f"{k} {g:.3f}x" for k, g in geomeans(rows).items()), flush=True)
+            (f"{k} n/a" if v is None else f"{k} {v:.1f} us")
+            + (f" ({us['mm'] / v:.3f})" if k != "mm" and us["mm"] is not None else "")
+            for k, v in us.items())
+            + (f"  [anchor: {anchor_why}]" if anchor_why else ""), flush=True)
+    print("geomean torch.mm / column: " + ("  ".join(
+        f"{k} {g:.3f}x" for k, g in geomeans(rows).items()) or "n/a"), flush=True)
+    na = sum(r["us"]["mm"] is None for r in rows)
+    if na:
+        print(f"torch's anchor was n/a at {na} of {len(rows)} shapes (left out of the "
+              f"geomeans; each row's anchor_error says why)", flush=True)
     again = sum(n for r in rows for n in r["retried"].values())
     if again:
         print(f"{again} blocks were taken again: the GPU had run out of queued calls",

@@ -8,6 +8,7 @@ import torch
 
 from launch.cache import default_push
 from rsar_core.gemm_rsar import GemmRsAr
+from rsar_core.reference import scaled_product
 
 
 def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90a",
@@ -43,14 +44,14 @@ def cpu_op(monkeypatch, mode: str = "rs", dtype: torch.dtype = torch.bfloat16,
     monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
     monkeypatch.setattr(op, "check", lambda: None, raising=False)
     monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a: (op.plan(M, K, mode), None, ()), raising=False)
+                        lambda M, K, mode, *a, block=False: (op.plan(M, K, mode, block=block),
+                                                             None, ()), raising=False)
 
     def launch(prepared, x, w, y, x_scale=None, w_scale=None, bits=0):
-        xf, wf = x.float(), w.float()
         if x_scale is not None:
-            xf = xf * x_scale.reshape(-1, 1)
-            wf = wf * w_scale.reshape(-1, 1)
-        full = (xf @ wf.t()).to(y.dtype)
+            full = scaled_product(x, w, x_scale, w_scale).float().to(y.dtype)
+        else:
+            full = (x.float() @ w.float().t()).to(y.dtype)
         y.copy_(full if mode == "ar" else full[: y.shape[0]])
     monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
     return op

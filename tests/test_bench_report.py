@@ -153,6 +153,45 @@ def test_fp8_inputs_pad_with_their_row_scales_and_the_anchor_scales_them():
     assert bench._pad_rows((torch.ones(6, 8), torch.ones(4, 8)), 6)[0].shape == (6, 8)
 
 
+def test_block_scales_pad_by_row_and_the_anchor_is_na_where_torch_refuses():
+    """--scales block: x's (M, K / 128) scales gain rows of 1 with x's zero rows; w's block
+    scales pass through. torch's block-wise scaled_mm raises where a build or shape lacks it
+    (this CPU build, say): the shape's anchor columns are then n/a, with the reason, and
+    symm_mem's fused op (no block-wise form) is n/a at every shape."""
+    import torch
+    from rsar_core.reference import rank_fp8_inputs, scaled_mm
+    inputs = rank_fp8_inputs(1, 0, 5, 384, 256, torch.device("cpu"), block=True)
+    x, w, sx, sw = bench._pad_rows(inputs, 6)
+    assert x.shape == (6, 256) and sx.shape == (6, 2) and sw is inputs[3] and w is inputs[1]
+    assert torch.equal(sx[:5], inputs[2]) and torch.equal(sx[5], torch.ones(2))
+    assert not x[5].float().any()
+
+    def refuses(*a):
+        raise ValueError("Invalid scaling configuration.\n- For TensorWise ...")
+    why = bench.anchor_error(refuses, inputs)
+    assert why == "ValueError: Invalid scaling configuration."
+    assert bench.anchor_error(lambda *a: None, inputs) is None
+    try:
+        scaled_mm(*inputs)
+    except Exception:  # no block-wise scaled_mm here: reported, not raised
+        assert bench.anchor_error(scaled_mm, inputs).startswith(
+            ("ValueError", "RuntimeError", "NotImplementedError", "AttributeError"))
+    else:
+        assert bench.anchor_error(scaled_mm, inputs) is None
+    assert bench.na_columns(True, None) == ["torch_rs"]
+    assert bench.na_columns(True, why) == ["torch_rs", "mm", "mm_rs", "mm_ar"]
+    assert bench.na_columns(False, why) == ["mm", "mm_rs", "mm_ar"]
+    assert bench.na_columns(False, None) == []
+    us = {"rsar_rs": 150.0, "rsar_ar": 200.0, "gemm_only": 125.0}
+    row = _row(4096, us)
+    row["anchor_error"] = why
+    md = bench.markdown([row, _row(512, dict(us, mm=100.0))])
+    assert "| 4096 | 7168 | 1024 | - | - | - | - | - | - | 125.0 |" in md
+    assert "- M=4096 N=7168 K=1024: fp8 anchor n/a (ValueError: Invalid" in md
+    assert "M=512 N=7168 K=1024: fp8 anchor" not in md
+    assert "geomean gemm_vs_cublas: 0.800" in md
+
+
 def test_input_sets_follow_the_dtype_and_the_scale_kind():
     """The sets each column rotates through: (x, w) of the op's dtype, or for fp8
     (x, w, x_scale, w_scale) with one scale each or one per row, enough bytes to pass L2."""
@@ -160,7 +199,8 @@ def test_input_sets_follow_the_dtype_and_the_scale_kind():
     import torch
     b = object.__new__(bench.Bench)
     b.rank, b.dev = 1, torch.device("cpu")
-    for dtype, scales in (("bf16", "tensor"), ("e4m3", "tensor"), ("e4m3", "row")):
+    for dtype, scales in (("bf16", "tensor"), ("e4m3", "tensor"), ("e4m3", "row"),
+                          ("e4m3", "block")):
         b.fp8 = dtype == "e4m3"
         b.dtype = torch.bfloat16
         b.args = argparse.Namespace(scales=scales)
@@ -172,5 +212,18 @@ def test_input_sets_follow_the_dtype_and_the_scale_kind():
             assert x.dtype == torch.bfloat16 and not sc
             continue
         assert x.dtype == w.dtype == torch.float8_e4m3fn and len(sc) == 2
-        assert sc[0].shape == ((64, 1) if scales == "row" else ())
+        shapes = {"tensor": ((), ()), "row": ((64, 1), (256,)),
+                  "block": ((64, 4), (2, 4))}  # K / 128 k-groups, ceil(N / 128) blocks
+        assert (sc[0].shape, sc[1].shape) == shapes[scales]
+        assert all(s.dtype == torch.float32 for s in sc)
         assert not torch.equal(sets[0][0].float(), sets[1][0].float())
+
+
+def test_scales_choices_include_block_wise(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["bench.py", "--dtype", "e4m3", "--scales", "block"])
+    a = bench.parse()
+    assert (a.dtype, a.scales) == ("e4m3", "block")
+    monkeypatch.setattr("sys.argv", ["bench.py", "--dtype", "e4m3", "--scales", "blocks"])
+    with pytest.raises(SystemExit) as e:
+        bench.parse()
+    assert e.value.code == 2 and "--scales" in capsys.readouterr().err

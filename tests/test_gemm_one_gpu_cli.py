@@ -25,6 +25,13 @@ def test_bad_columns_and_shapes_are_refused():
     assert r.returncode == 2 and "--iters" in r.stderr
     r = _run("--dtype", "f32")
     assert r.returncode == 2 and "--dtype" in r.stderr
+    r = _run("--dtype", "e4m3", "--scales", "blocks")
+    assert r.returncode == 2 and "--scales" in r.stderr
+    # block-wise scales: fp8 operands only, one scale per 128-element k-group
+    r = _run("--scales", "block")
+    assert r.returncode == 2 and "--scales is for --dtype e4m3" in r.stderr
+    r = _run("--dtype", "e4m3", "--scales", "block", "--shapes", "128,7168,1024;128,7168,192")
+    assert r.returncode == 2 and "multiple of 128" in r.stderr
 
 
 def test_columns_are_the_plans_they_name():
@@ -80,6 +87,92 @@ def test_fp8_inputs_and_the_scaled_mm_anchor():
     assert sx.shape == () and sw.shape == ()
 
 
+def test_block_scaled_columns_run_128_or_64_wide_tiles():
+    """--scales block: the op's block-wise plans (128-wide tiles, or a bn64 column's 64; the
+    kernel variant with ``block_scales``), fp8 plans at half the depth; other widths and
+    non-fp8 columns are refused, so the sweep skips them at that shape."""
+    import dataclasses
+
+    from launch.cache import default_variant
+    from launch.plan import make_plan
+    mod = _module()
+    for name, M, N in (("default", 2048, 7168), ("c2", 4096, 7168), ("c1", 1, 2880),
+                       ("sk", 700, 7168)):
+        plan, v = mod.column_plan(name, M, N, 4096, dtype="e4m3", block=True)
+        want = make_plan(M, N, 2048, 2, 132, "gemm", bn=128, **mod.column_knobs(name))
+        assert plan == want and plan.bn == 128
+        assert v == dataclasses.replace(
+            default_variant("sm_90a", 2, "unicast", plan, "bf16", "e4m3"), block_scales=1)
+    plan, v = mod.column_plan("bn64+c1", 512, 7168, 4096, dtype="e4m3", block=True)
+    assert (plan.bn, plan.cta_group, v.bn, v.block_scales) == (64, 1, 64, 1)
+    assert mod.column_plan("ts0", 2048, 7168, 4096, dtype="e4m3", block=True)[1].tma_store == 0
+    # without block scales the same column keeps its own width and no block_scales
+    assert mod.column_plan("default", 2048, 7168, 4096, dtype="e4m3")[1].block_scales == 0
+    for name in ("bn256", "c1+bn224", "bn160"):
+        with pytest.raises(ValueError, match="64 or 128"):
+            mod.column_plan(name, 2048, 7168, 4096, dtype="e4m3", block=True)
+    with pytest.raises(ValueError, match="fp8"):
+        mod.column_plan("default", 2048, 7168, 4096, block=True)
+
+
+def test_block_inputs_bits_and_an_anchor_that_may_be_missing(monkeypatch):
+    """--scales block: input sets with (M, K / 128) x and (ceil(N / 128), K / 128) w scales;
+    the launcher passes the op's scale bits for them (``check_scales``: block-wise, layout);
+    torch's block-wise scaled_mm, where it raises (this CPU build, say), is recorded as
+    n/a for the shape and the geomeans leave that shape out."""
+    import types
+
+    import torch
+    from rsar_core.reference import scaled_mm
+    from rsar_core.validate import SCALE_BLOCK, check_scales
+    mod = _module()
+    cpu = torch.device("cpu")
+    sets = mod.input_sets(64, 2880, 512, cpu, torch.float8_e4m3fn, "block")
+    assert len(sets) >= 2
+    x, w, sx, sw = sets[0]
+    assert x.dtype == w.dtype == torch.float8_e4m3fn
+    assert sx.shape == (64, 4) and sw.shape == (23, 4) and sx.is_contiguous()
+    assert sx.dtype == sw.dtype == torch.float32
+    assert not torch.equal(sets[0][2], sets[1][2])
+    bits = check_scales(sx, sw, 64, 2880, cpu, "e4m3", 512)
+    assert bits & SCALE_BLOCK and not bits & 3
+    # the launcher hands the kernel those bits; without them, bits from the scales' sizes
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda dev=None: types.SimpleNamespace(cuda_stream=7))
+    seen = []
+    plan = types.SimpleNamespace(M=64, N=2880, local_M=64, padded_M=64, chunk=0, rounds=1,
+                                 sched_word=0, grid=132)
+    lay = types.SimpleNamespace(arrive_off=0, result_off=0, recv_off=0, recv_region_bytes=0,
+                                part_off=0, out_off=0)
+    y = torch.empty(64, 2880, dtype=torch.bfloat16)
+    ws = err = torch.zeros(8, dtype=torch.int32)
+    mod.launcher(lambda *a: seen.append(a), plan, y, ws, err, lay, 512, bits)(*sets[0])
+    row = mod.input_sets(64, 2880, 512, cpu, torch.float8_e4m3fn, "row")[0]
+    mod.launcher(lambda *a: seen.append(a), plan, y, ws, err, lay, 512)(*row)
+    mod.launcher(lambda *a: seen.append(a), plan, y, ws, err, lay, 512)(*row[:2])
+    assert [a[5] for a in seen] == [bits, 3, 0]
+    assert seen[0][3:5] == (sx.data_ptr(), sw.data_ptr()) and seen[0][8] == 512
+    assert all(a[-1] == 7 for a in seen)
+    # torch's anchor: a reason where it raises, None where it runs
+    try:
+        scaled_mm(*sets[0], torch.bfloat16)
+    except Exception as e:
+        why = mod.anchor_error(lambda *a: scaled_mm(*a, torch.bfloat16), sets[0])
+        assert why and why.startswith(type(e).__name__ + ": ")
+    else:
+        assert mod.anchor_error(lambda *a: scaled_mm(*a, torch.bfloat16), sets[0]) is None
+
+    def refuses(*a):
+        raise RuntimeError("block-wise scaling is not supported here\nmore")
+    assert mod.anchor_error(refuses, sets[0]) == \
+        "RuntimeError: block-wise scaling is not supported here"
+    rows = [{"us": {"mm": 10.0, "default": 5.0}},
+            {"us": {"mm": None, "default": 1.0}},  # the anchor n/a at this shape
+            {"us": {"mm": 10.0, "default": 20.0}}]
+    assert mod.geomeans(rows) == pytest.approx({"default": 1.0})
+    assert mod.geomeans(rows[1:2]) == {}
+
+
 def test_stages_column_is_checked_against_shared_memory():
     pytest.importorskip("cutlass")
     mod = _module()
@@ -87,6 +180,9 @@ def test_stages_column_is_checked_against_shared_memory():
     assert v.stages == 4
     with pytest.raises(ValueError, match="stages"):
         mod.column_plan("bn256+stages6", 2048, 8192, 4096)
+    # block-wise scales' kernel (128-wide, its scales staged beside the tiles)
+    _, v = mod.column_plan("stages4", 2048, 7168, 4096, dtype="e4m3", block=True)
+    assert (v.stages, v.bn, v.block_scales) == (4, 128, 1)
 
 
 def test_geomean_line_averages_each_column_where_it_ran():
