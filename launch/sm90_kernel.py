@@ -133,9 +133,9 @@ class Sm90FusedKernel(CommWarps):
         two fp32 vectors, each read at stride 0 or 1 as ``scale_bits`` says) before rounding
         it to ``dtype``; "": x and w are ``dtype``.
         ``block_scales`` (fp8, BN 64 or 128): DeepSeek-style block-wise scales, x's one per
-        row and 128-element k-group, w's one per 128 x 128 block (``_block_mainloop``): each
-        k-block's products are accumulated apart and added to the tile's fp32 sums times
-        their two scales, so nothing is left for the epilogue to scale."""
+        row and 128-element k-group, w's one per 128 x 128 block: each k-block's products
+        are accumulated apart and added to the tile's fp32 sums times their two scales
+        (``_mma_role``), so nothing is left for the epilogue to scale."""
         self._use_dtype(dtype, in_dtype)
         self.block_scales = bool(block_scales)
         if self.block_scales and (not self.scaled or bn not in (64, 128)):
@@ -609,11 +609,9 @@ class Sm90FusedKernel(CommWarps):
                 read_state.reset_count()
                 rel_state.reset_count()
                 if cutlass.const_expr(self.block_scales):
-                    # Each k-block (one 128-element k-group) into acc_k, then added to the
-                    # fp32 sums times its x row and w block scales. The wgmma is waited for
-                    # at once, so the stage goes back to the producer before the adds; the
-                    # other warp group's wgmma keeps the tensor pipes busy meanwhile. The
-                    # next k-group's scales load while this one's wgmma runs.
+                    # Each k-block (one 128-element k-group) into its own accumulators, then
+                    # added to the fp32 sums times its x row and w block scales; the next
+                    # k-group's scales load while this one's wgmma runs.
                     row0 = cutlass.min(tm * Int32(BM) + brow0, M - Int32(1))
                     row1 = cutlass.min(tm * Int32(BM) + brow1, M - Int32(1))
                     xa0 = sx_addr + Int64(row0) * xs_row
@@ -624,6 +622,8 @@ class Sm90FusedKernel(CommWarps):
                     s1 = ptx.ld_f32_nc(xa1 + k0 * xs_k)
                     sw = ptx.ld_f32_nc(wa + k0 * ws_k)
                     acc.fill(0.0)
+                    # the wgmma is waited for at once, so the stage goes back to the producer
+                    # before the adds
                     for kt in range(k_lo, k_hi):
                         ab_pipe.consumer_wait(read_state)
                         self._mark(ws, cta, trace.MMA_FIRST_K, first & (kt == k_lo))
@@ -642,14 +642,7 @@ class Sm90FusedKernel(CommWarps):
                         ab_pipe.consumer_release(rel_state)
                         rel_state.advance()
                         read_state.advance()
-                        p0 = s0 * sw
-                        p1 = s1 * sw
-                        # a fragment's values run (row, c), (row, c+1), (row+8, c), (row+8, c+1);
-                        # unrolled in groups of 8 (one loop of 64 draws the DSL's warning)
-                        for g in cutlass.range_constexpr(cute.size(acc) // 8):
-                            for j in cutlass.range_constexpr(8):
-                                i = 8 * g + j
-                                acc[i] = acc[i] + acc_k[i] * (p0 if (j // 2) % 2 == 0 else p1)
+                        self._promote(acc, acc_k, s0 * sw, s1 * sw)
                         s0 = n0
                         s1 = n1
                         sw = nw
@@ -745,6 +738,14 @@ class Sm90FusedKernel(CommWarps):
             for j in cutlass.range_constexpr(8):
                 r, c = tCcC[8 * g + j]
                 acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[BM + c])
+
+    def _promote(self, acc, part, p0, p1) -> None:
+        """``acc[i] += part[i] * scale`` (block-wise fp8): a fragment's values run (row, c),
+        (row, c+1), (row+8, c), (row+8, c+1), ..., so value i takes row scale ``p0`` or ``p1``
+        (x's scale of that row times w's block scale) as i // 2 is even or odd. Emitted
+        unrolled at trace time (no staged loop: it reads and writes only registers)."""
+        for i in range(cute.size(part)):
+            acc[i] = acc[i] + part[i] * (p0 if (i // 2) % 2 == 0 else p1)
 
     @cute.jit
     def _block_strides(self, scale_bits, N, kb):
