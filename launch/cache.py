@@ -152,11 +152,12 @@ def default_tma_store(arch: str, push: str, mode: str) -> int:
 
 
 def default_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, arch: str,
-                 transport: str) -> TilePlan:
+                 transport: str, bn: int | None = None) -> TilePlan:
     """The plan an op that forces nothing runs (``GemmRsAr.plan``, apart from the 2x1
-    cluster occupancy query, which is left at every SM here)."""
+    cluster occupancy query, which is left at every SM here); ``bn``: at that tile width
+    (block-wise fp8 scales' plans)."""
     from .plan import make_plan
-    return make_plan(M, N, K, world, sm_count, mode, arch=arch,
+    return make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn,
                      push_all=auto_push_all(mode, transport, default_push(arch, transport, mode)))
 
 

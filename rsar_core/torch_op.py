@@ -246,9 +246,11 @@ class RowParallelLinear(nn.Module):
     ``weight``: this rank's (N, K) shard, of the op's input dtype, on the op's device. Kept
     as a Parameter (``requires_grad=False`` unless a Parameter is passed in); the module
     holds ``op`` alive, so its handle stays valid for the module's life (close the op
-    yourself). For an fp8 op, ``weight_scale`` (float32: one value, or one per row of
-    ``weight``) is kept as a buffer and ``forward(x, x_scale)`` takes the activations'
-    scales (one value, or one per row of x) with the fp8 x they quantized.
+    yourself). For an fp8 op, ``weight_scale`` (float32: one value, one per row of
+    ``weight``, or block-wise, one per 128 x 128 block: (ceil(N / 128), K / 128)) is kept as
+    a buffer and ``forward(x, x_scale)`` takes the activations' scales (one value, one per
+    row of x, or with block-wise weights one per row and 128-element k-group: (M, K / 128))
+    with the fp8 x they quantized.
     """
 
     def __init__(self, op: Any, weight: torch.Tensor,

@@ -15,9 +15,10 @@
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
 #   fp8     (2 GPUs) fp8 operands: the fp8 suite, then the quick grid against torch._scaled_mm
-#           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand
-#           and per-row scales (bench.py --dtype e4m3), and the MLP block with an fp8 down
-#           projection (tp_worker.py --dtype e4m3); precompile with --dtypes bf16,e4m3
+#           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand,
+#           per-row and block-wise scales (bench.py --dtype e4m3), and the MLP block with an
+#           fp8 down projection (tp_worker.py --dtype e4m3); precompile with --dtypes
+#           bf16,e4m3,e4m3-block
 #
 # RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
 # machine; a stale entry is never used, it is compiled again). A step that runs past its limit
@@ -41,7 +42,7 @@ for s in "$@"; do
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
       step cache 300 python3 scripts/precompile.py --arch "$arch" --world 2 \
-        --transports unicast --dtypes bf16,f16,e4m3 --out "$RSAR_KERNEL_CACHE" \
+        --transports unicast --dtypes bf16,f16,e4m3,e4m3-block --out "$RSAR_KERNEL_CACHE" \
         --from-log tests/gpu/variants.jsonl ;;
     sweep)
       for seed in 1 2; do
@@ -58,7 +59,7 @@ for s in "$@"; do
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
     fp8)
       step fp8_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py
-      for sc in tensor row; do
+      for sc in tensor row block; do
         step "fp8_$sc" 300 mpirun -n 2 python3 scripts/bench.py --dtype e4m3 --scales "$sc" \
           --N 7168 8192 --K 1024 4096 --M 256 1024 4096 16384 \
           --json "$out/fp8_$sc.json" --md "$out/fp8_$sc.md"

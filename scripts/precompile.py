@@ -16,7 +16,8 @@ arch and world are compiled too.
 
 Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16`` builds both
 (each doubles the work; bf16 only by default). ``e4m3`` builds the variants of fp8 ops
-(``input_dtype=torch.float8_e4m3fn``, bf16 results).
+(``input_dtype=torch.float8_e4m3fn``, bf16 results) with one scale per operand or per row,
+``e4m3-block`` those of their calls with block-wise scales (sm90: 128-wide plans).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BLOCK = "e4m3-block"  # --dtypes name of fp8 calls with block-wise scales
 
 
 def variants(arch: str, world: int, transports: list[str],
@@ -45,8 +48,12 @@ def variants(arch: str, world: int, transports: list[str],
     random shapes missed at 114 SMs): a variant missed compiles at its first launch and is
     stored in the cache then. Each of ``dtypes`` ("bf16", "f16", and "e4m3": fp8 operands
     with bf16 results) gets the same variants: an fp8 op of depth K runs the plan of
-    depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are."""
-    from dataclasses import astuple
+    depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are.
+    ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
+    ``BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel)."""
+    from dataclasses import astuple, replace
+
+    from rsar_core.gemm_rsar import BLOCK_BN
 
     from launch.cache import default_plan, default_variant
     from launch.comm_warps import IN_DTYPES
@@ -69,7 +76,15 @@ def variants(arch: str, world: int, transports: list[str],
                         for sms in sm_counts:
                             p = default_plan(M, N, K, world, sms, mode, arch, tr)
                             for dt in dtypes:
-                                if dt in IN_DTYPES:
+                                if dt == BLOCK:
+                                    if arch in BLACKWELL:
+                                        continue
+                                    pb = default_plan(M, N, K, world, sms, mode, arch, tr,
+                                                      bn=BLOCK_BN)
+                                    kinds.add(replace(default_variant(arch, world, tr, pb,
+                                                                      "bf16", "e4m3"),
+                                                      block_scales=1))
+                                elif dt in IN_DTYPES:
                                     kinds.add(default_variant(arch, world, tr, p, "bf16", dt))
                                 else:
                                     kinds.add(default_variant(arch, world, tr, p, dt))
@@ -116,8 +131,8 @@ def main() -> int:
     p.add_argument("--dtypes", default="bf16",
                    help="element types to build for, comma-separated: bf16, f16 "
                         "(GemmRsAr's dtype torch.bfloat16 / torch.float16), e4m3 (fp8 "
-                        "operands, bf16 results: input_dtype=torch.float8_e4m3fn); "
-                        "default bf16")
+                        "operands, bf16 results: input_dtype=torch.float8_e4m3fn), "
+                        "e4m3-block (fp8 calls with block-wise scales); default bf16")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
@@ -130,7 +145,7 @@ def main() -> int:
         p.error("--sm-count must be positive")
     from launch.comm_warps import DTYPES, IN_DTYPES
     dtypes = tuple(d.strip() for d in a.dtypes.split(",") if d.strip())
-    names = (*DTYPES, *IN_DTYPES)
+    names = (*DTYPES, *IN_DTYPES, BLOCK)
     if not dtypes or set(dtypes) - set(names):
         p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),

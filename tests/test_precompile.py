@@ -72,7 +72,7 @@ def test_unknown_dtypes_are_refused(tmp_path):
     r = subprocess.run([sys.executable, str(Path(precompile.__file__)), "--arch", "sm_90a",
                         "--world", "2", "--out", str(tmp_path), "--dtypes", "bf16,f32"],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "--dtypes takes a comma-separated list of bf16, f16, e4m3" in r.stderr
+    assert r.returncode == 2 and "--dtypes takes a comma-separated list of bf16, f16, e4m3, e4m3-block" in r.stderr
     assert not any(tmp_path.iterdir())
 
 
@@ -88,3 +88,24 @@ def test_e4m3_builds_the_bf16_variants_with_fp8_operands():
     b100 = precompile.variants("sm_100a", 2, ["unicast"])
     f100 = precompile.variants("sm_100a", 2, ["unicast"], dtypes=("e4m3",))
     assert {dataclasses.replace(v, in_dtype="") for v in f100} == set(b100)
+
+
+def test_block_scales_build_the_128_wide_plans_of_each_shape(monkeypatch):
+    """``e4m3-block``: the variants an fp8 op launches for calls with block-wise scales (its
+    plans at 128-wide tiles), sm90 only; every one the op picks in a sample of shapes."""
+    import torch
+    from op_stub import planning_op
+    from rsar_core import gemm_rsar
+    from launch.cache import CACHE
+    blk = precompile.variants("sm_90a", 2, ["unicast"], dtypes=("e4m3-block",))
+    assert blk and all(v.block_scales and v.in_dtype == "e4m3" and v.bn == 128 for v in blk)
+    assert not precompile.variants("sm_100a", 2, ["unicast"], dtypes=("e4m3-block",))
+    seen: list = []
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or object())
+    for mode in ("rs", "ar"):
+        op = planning_op(mode, N=7168, input_dtype=torch.float8_e4m3fn)
+        op.max_M = 16384
+        op.warmup([1, 200, 1000, 4096, 16384], 8192, block_scales=True)
+        op._prepare(3000, 2048, "gemm", block=True)
+    assert seen and set(seen) <= set(blk)

@@ -17,7 +17,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from rsar_core import torch_op
-from rsar_core.reference import rs_rows
+from rsar_core.reference import rs_rows, scaled_product
 from rsar_core.torch_op import RowParallelLinear, gemm_rsar, lookup, register, unregister
 
 
@@ -318,7 +318,7 @@ class ScaledStandIn(StandIn):
     def __call__(self, x, w, *, x_scale=None, w_scale=None):
         self.calls += 1
         assert x.dtype == w.dtype == self.input_dtype and x_scale is not None
-        full = (x.float() * x_scale.reshape(-1, 1)) @ (w.float() * w_scale.reshape(-1, 1)).T
+        full = scaled_product(x, w, x_scale, w_scale).float()
         if not self.all_reduce:
             full = rs_rows(full, self.rank, self.world)
         return full.to(self.dtype).contiguous()
@@ -385,6 +385,22 @@ def test_scaled_row_parallel_linear_compiles_to_one_graph(ar):
     assert cnt.frame_count == 1
     with pytest.raises(ValueError, match="needs x_scale"):
         m(x)
+
+
+def test_block_scaled_row_parallel_linear():
+    """A DeepSeek-style checkpoint's layer: block-wise weight_scale (one per 128 x 128 block)
+    kept as the buffer, the activations' scales per row and 128-element k-group; one graph."""
+    from rsar_core.reference import rank_fp8_inputs
+    s = ScaledStandIn(256, True)
+    x, w, sx, sw = rank_fp8_inputs(4, 0, 16, 256, 384, torch.device("cpu"), block=True)
+    m = RowParallelLinear(s, w, weight_scale=sw)
+    assert m.weight_scale.shape == (2, 3) and sx.shape == (16, 3)
+    want = m(x, sx)
+    torch.testing.assert_close(want.double(), scaled_product(x, w, sx, sw), rtol=2e-2, atol=1e-2)
+    cnt = CompileCounterWithBackend("aot_eager")
+    got = torch.compile(m, backend=cnt, fullgraph=True)(x, sx)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert cnt.frame_count == 1
 
 
 def test_row_parallel_linear_weight_scale_rules():

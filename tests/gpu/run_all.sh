@@ -36,7 +36,7 @@ fi
 run partial 300 mpirun -n "$W" $P tests/gpu/test_partial_tiles_gpu.py
 run early_copy 90 mpirun -n "$W" $P tests/gpu/test_early_copy_gpu.py
 run f16 300 mpirun -n "$W" $P tests/gpu/test_f16_gpu.py
-run fp8 300 mpirun -n "$W" $P tests/gpu/test_fp8_gpu.py
+run fp8 420 mpirun -n "$W" $P tests/gpu/test_fp8_gpu.py
 run embedding 150 mpirun -n "$W" $P tests/gpu/test_embedding_gpu.py
 run torch_op 120 mpirun -n "$W" $P tests/gpu/test_torch_op_gpu.py
 run symmetric 60 mpirun -n "$W" $P tests/gpu/test_symmetric_gpu.py
