@@ -10,6 +10,11 @@ rank 0 only and select kernels by name, e.g. the third gemm_only launch and the 
              python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096;
       else exec python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096; fi'
 
+``--dtype e4m3 --scales tensor|row|block``: fp8 operands with those scales
+(``rsar_core.reference.rank_fp8_inputs``), the anchor then torch's scaled matmul
+(``rsar_core.reference.scaled_mm``: cuBLAS, or its block-wise kernel). On a one-GPU host, two
+ranks share the GPU with ``RSAR_ALLOW_SHARED_GPU=1`` (the GEMM alone is still one launch).
+
 Fused launches spin on the peer's stamps, so replaying one under ncu on one rank only works
 with ``--replay-mode application`` (both ranks rerun); the default selects only non-fused
 kernels by stopping after ``--launch-count``.
@@ -32,6 +37,9 @@ def main() -> None:
     p.add_argument("--fused", action="store_true", help="also run the fused RS op")
     p.add_argument("--epi-slots", type=int, default=0)
     p.add_argument("--band", type=int, default=None, help="unit rows per band (0: row-major; default: the plan's)")
+    p.add_argument("--dtype", choices=["bf16", "e4m3"], default="bf16")
+    p.add_argument("--scales", choices=["tensor", "row", "block"], default="tensor",
+                   help="with --dtype e4m3: one scale each, per row, or block-wise")
     a = p.parse_args()
 
     import torch
@@ -41,19 +49,27 @@ def main() -> None:
     torch.cuda.set_device(comm.Get_rank() % torch.cuda.device_count())
     dev = torch.device("cuda", torch.cuda.current_device())
     g = torch.Generator(device=dev).manual_seed(comm.Get_rank())
-    x = torch.randn(a.M, a.K, device=dev, dtype=torch.bfloat16, generator=g)
-    w = torch.randn(a.N, a.K, device=dev, dtype=torch.bfloat16, generator=g)
-    with GemmRsAr(max_M=a.M, N=a.N, comm=comm) as op:
+    fp8 = a.dtype == "e4m3"
+    if fp8:
+        from rsar_core.reference import rank_fp8_inputs, scaled_mm
+        x, w, *scales = rank_fp8_inputs(1, comm.Get_rank(), a.M, a.N, a.K, dev,
+                                        per_row=a.scales == "row", block=a.scales == "block")
+    else:
+        x = torch.randn(a.M, a.K, device=dev, dtype=torch.bfloat16, generator=g)
+        w = torch.randn(a.N, a.K, device=dev, dtype=torch.bfloat16, generator=g)
+        scales = []
+    with GemmRsAr(max_M=a.M, N=a.N, comm=comm,
+                  input_dtype=torch.float8_e4m3fn if fp8 else None) as op:
         for _ in range(a.reps):
-            op.gemm_only(x, w, epi_slots=a.epi_slots, band=a.band)
+            op.gemm_only(x, w, *scales, epi_slots=a.epi_slots, band=a.band)
         torch.cuda.synchronize()
         for _ in range(a.reps):
-            torch.mm(x, w.t())
+            scaled_mm(x, w, *scales) if fp8 else torch.mm(x, w.t())
         torch.cuda.synchronize()
         if a.fused:
             comm.Barrier()
             for _ in range(a.reps):
-                op(x, w)
+                op(x, w, *scales)
             torch.cuda.synchronize()
         comm.Barrier()
 
