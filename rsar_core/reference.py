@@ -32,13 +32,15 @@ def reference_sum(seed: int, world: int, M: int, N: int, K: int,
 
 
 def rank_fp8_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
-                    per_row: bool = True, block: bool = False) -> tuple[torch.Tensor, ...]:
+                    per_row: bool = True, block: bool = False,
+                    m_major: bool = False) -> tuple[torch.Tensor, ...]:
     """(x, w, x_scale, w_scale) of one rank for an fp8 op: float8_e4m3fn operands of unit
     spread and float32 scales around 1 (x) and K^-1/2 (w), one per row of x / of w where
     ``per_row``, else one each; with ``block``, DeepSeek-style block-wise scales: x's per
     row and 128-element k-group, (M, K / 128), w's per 128 x 128 block, (ceil(N / 128),
-    K / 128), both row-major, spread over 2^-4..2^4 so that a scale applied to the wrong
-    block shows."""
+    K / 128), both row-major (x's M-major with ``m_major``: torch's BlockWise1x128 layout,
+    which the benchmarks give both kernels), spread over 2^-4..2^5 so that a scale applied
+    to the wrong block shows."""
     g = torch.Generator(device=device)
     g.manual_seed(seed * 1013 + rank)
     x = torch.randn(M, K, generator=g, device=device).to(torch.float8_e4m3fn)
@@ -50,6 +52,8 @@ def rank_fp8_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.
         nb = -(-N // BLOCK)
         sw = torch.exp2(torch.randint(-4, 5, (nb, kb), generator=g, device=device).float()
                         + torch.rand(nb, kb, generator=g, device=device)) * K ** -0.5
+        if m_major:
+            sx = sx.t().contiguous().t()
         return x, w, sx, sw
     shape_x, shape_w = ((M, 1), (N,)) if per_row else ((), ())
     sx = 0.75 + 0.5 * torch.rand(shape_x, generator=g, device=device)
@@ -92,7 +96,9 @@ def scaled_mm(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: 
     if is_block_scaled(x, w, w_scale):
         import torch.nn.functional as F
         st = F.ScalingType
-        a = x_scale.t().contiguous().t()  # (M, K / 128), stride (1, M)
+        a = x_scale  # (M, K / 128), stride (1, M): a copy unless it is so already
+        if x_scale.stride() != (1, x_scale.shape[0]):
+            a = x_scale.t().contiguous().t()
         y = F.scaled_mm(x, w.t(), a, st.BlockWise1x128, w_scale.t(), st.BlockWise128x128,
                         output_dtype=out_dtype)
         if out is not None:

@@ -198,7 +198,8 @@ class Bench:
         if self.fp8:
             return [rank_fp8_inputs(1000 + i, self.rank, M, N, K, self.dev,
                                     per_row=self.args.scales == "row",
-                                    block=self.args.scales == "block") for i in range(nsets)]
+                                    block=self.args.scales == "block", m_major=True)
+                    for i in range(nsets)]
         return [rank_inputs(1000 + i, self.rank, M, N, K, self.dev, dtype=self.dtype)
                 for i in range(nsets)]
 

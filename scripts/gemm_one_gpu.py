@@ -122,7 +122,8 @@ def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
                scales: str = "") -> list:
     """Random (x, w) pairs (bf16 unless ``dtype``), enough that rotating through them leaves
     none in L2; fp8 ones with their fp32 (x_scale, w_scale), ``scales`` "tensor", "row" or
-    "block" (``rsar_core.reference.rank_fp8_inputs``: row-major block-wise scales)."""
+    "block" (``rsar_core.reference.rank_fp8_inputs``: block-wise, x's M-major as torch's
+    block-wise scaled_mm takes them, so its anchor times no layout copy)."""
     import torch
     dtype = dtype or torch.bfloat16
     size = torch.empty((), dtype=dtype).element_size()
@@ -132,7 +133,7 @@ def input_sets(M: int, N: int, K: int, dev: Any, dtype: Any = None,
                  (torch.randn(N, K, device=dev) / K ** 0.5).to(dtype)) for _ in range(nsets)]
     from rsar_core.reference import rank_fp8_inputs
     return [rank_fp8_inputs(i, 0, M, N, K, dev, per_row=scales == "row",
-                            block=scales == "block") for i in range(nsets)]
+                            block=scales == "block", m_major=True) for i in range(nsets)]
 
 
 def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int,
