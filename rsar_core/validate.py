@@ -74,13 +74,7 @@ def k_align(input_dtype: str) -> int:
 def _scale_rows(name: str, s: Any, n: int, what: str, device: torch.device) -> int:
     """1 where ``s`` holds one fp32 scale per ``what`` (n of them), 0 where it holds one for
     the whole tensor."""
-    if not isinstance(s, torch.Tensor):
-        raise RsarTypeError(f"{name} must be a torch.Tensor of float32 scales, got "
-                            f"{type(s).__name__}")
-    if s.dtype != torch.float32:
-        raise RsarTypeError(f"{name} must be float32, got {s.dtype}")
-    if s.device != device:
-        raise RsarValueError(f"{name} must be on {device}, got {s.device}")
+    _scale_tensor(name, s, device)
     if not s.is_contiguous():
         raise RsarValueError(f"{name} must be contiguous, got strides {s.stride()}")
     shape = tuple(s.shape)
@@ -104,6 +98,7 @@ SCALE_BLOCK_K = 128
 
 
 def _scale_tensor(name: str, s: Any, device: torch.device) -> None:
+    """A scale tensor's type, dtype and device, whatever its form."""
     if not isinstance(s, torch.Tensor):
         raise RsarTypeError(f"{name} must be a torch.Tensor of float32 scales, got "
                             f"{type(s).__name__}")
