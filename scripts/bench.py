@@ -564,7 +564,11 @@ def _pad_rows(inputs: tuple, Mp: int) -> tuple:
     pad = Mp - x.shape[0]
     x = torch.nn.functional.pad(x, (0, 0, 0, pad))
     if scales and scales[0].numel() > 1:
-        scales[0] = torch.nn.functional.pad(scales[0], (0, 0, 0, pad), value=1.0)
+        s0 = scales[0]
+        scales[0] = torch.nn.functional.pad(s0, (0, 0, 0, pad), value=1.0)
+        if s0.dim() == 2 and s0.shape[1] > 1 and s0.stride(0) == 1:
+            # block-wise scales in torch's M-major layout keep it: no copy in the anchor
+            scales[0] = scales[0].t().contiguous().t()
     return (x, w, *scales)
 
 

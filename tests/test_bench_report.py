@@ -165,6 +165,11 @@ def test_block_scales_pad_by_row_and_the_anchor_is_na_where_torch_refuses():
     assert x.shape == (6, 256) and sx.shape == (6, 2) and sw is inputs[3] and w is inputs[1]
     assert torch.equal(sx[:5], inputs[2]) and torch.equal(sx[5], torch.ones(2))
     assert not x[5].float().any()
+    # torch's M-major layout (the benchmark's inputs) survives the padding
+    mm_inputs = rank_fp8_inputs(1, 0, 5, 384, 256, torch.device("cpu"), block=True,
+                                m_major=True)
+    padded = bench._pad_rows(mm_inputs, 6)[2]
+    assert padded.stride() == (1, 6) and torch.equal(padded[:5], mm_inputs[2])
 
     def refuses(*a):
         raise ValueError("Invalid scaling configuration.\n- For TensorWise ...")
