@@ -3,6 +3,7 @@
 
     mpirun -n 2 python3 scripts/tp_worker.py [--tokens 4096] [--json out.json]
     torchrun --nproc-per-node 2 scripts/tp_worker.py --torchrun [--tokens 4096]
+    mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 [--scales block] [--json out.json]
 
 The block (hidden H, intermediate I, T tokens, bf16): y = down(SiLU(gate(x)) * up(x)).
 Weights are generated in full from --seed on every rank and each rank keeps its shard:
@@ -17,12 +18,23 @@ of the same block, on the same shards:
   torch.mm + AR      torch.mm, then NCCL all_reduce
   torch.mm + RS + AG torch.mm, then NCCL reduce_scatter and all_gather
 
-``--dtype e4m3``: the down projection runs on fp8 operands, as fp8 serving stacks run it:
-h quantized per token on every call (one fp32 scale per row of h) and the w_down shard
-per output channel once. The fused variants are GemmRsAr(input_dtype=float8_e4m3fn), the
-baselines torch._scaled_mm (fast accumulation) then NCCL; gate / up stay bf16. The
-reference then takes each rank's quantized h and shard (dequantized, float32), so the
-check measures the op and the exchange, not the quantization.
+``--dtype e4m3``: the down projection runs on fp8 operands, as fp8 serving stacks run it,
+with the scales of ``--scales``:
+  row    (default) h quantized per token on every call (one fp32 scale per row of h) and
+         the w_down shard per output channel once; the baselines are torch._scaled_mm
+         (row-wise, fast accumulation) then NCCL.
+  block  DeepSeek-style block-wise scales: h quantized per token and 128-element k-group
+         on every call (scales (T, K/128), M-major: torch's BlockWise1x128 layout) and the
+         w_down shard per 128 x 128 block once (scales (ceil(H/128), K/128), the last
+         block row partial where H is not a multiple of 128); the baselines are
+         torch.nn.functional.scaled_mm (BlockWise1x128 x BlockWise128x128) then NCCL.
+         Where that kernel refuses the shape or this torch build (tried once at set-up),
+         the baseline variants are reported n/a with its reason and the fused ones still
+         run. Block-wise scales run on sm90 (H100/H200) so far.
+Each block's or group's largest magnitude maps to fp8's largest value (448). The fused
+variants are GemmRsAr(input_dtype=float8_e4m3fn) with the scales; gate / up stay bf16.
+The reference then takes each rank's quantized h and shard (dequantized with their
+scales), so the check measures the op and the exchange, not the quantization.
 
 Every variant's output on every rank is compared with a float32 reference of the whole
 block computed on rank 0's GPU from the full weights (relative error < 2e-2), then each
@@ -72,7 +84,12 @@ K_ALIGN_FP8 = 128  # ... and of 128 for fp8 operands
 # --dtype: GemmRsAr's torch.bfloat16 / torch.float16; e4m3: a bf16 block whose down
 # projection runs on fp8 operands (input_dtype=torch.float8_e4m3fn)
 DTYPE_NAMES = ("bf16", "f16", "e4m3")
+# --scales of an e4m3 run: one per row of h / per output channel of w_down, or block-wise
+# (h per row and 128-element k-group, w_down per 128 x 128 block)
+SCALE_MODES = ("row", "block")
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+FP8_BLOCK = 128  # the k-group of block-wise scales and the side of w's blocks
+BLOCK_CAPS = {(9, 0)}  # block-wise fp8 scales: GemmRsAr runs them on sm90 so far
 KERNEL_CAPS = {(9, 0): "H100/H200", (10, 0): "B200/GB200", (10, 3): "B300/GB300"}
 
 VARIANTS = ("fused_ar", "mm_ar", "fused_rs_ag", "mm_rs_ag")
@@ -84,6 +101,8 @@ LABELS = {
 }
 # (name, fused variant, baseline variant)
 PAIRS = (("AR", "fused_ar", "mm_ar"), ("RS+AG", "fused_rs_ag", "mm_rs_ag"))
+# the variants torch's (scaled) matmul computes: n/a where it refuses fp8 scales
+BASELINES = ("mm_ar", "mm_rs_ag")
 
 _MPI_WORLD_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
@@ -132,7 +151,8 @@ def printing_rank(torchrun: bool, env: dict[str, str] | None = None) -> int:
 def cannot_run_reason(cuda_available: bool, device_count: int, world: int,
                       capability: tuple[int, int] | None, gpu_name: str = "", *,
                       torchrun: bool = False, torchrun_without_flag: bool = False,
-                      local_world: int | None = None) -> str | None:
+                      local_world: int | None = None,
+                      block_scales: bool = False) -> str | None:
     """Why this host or launch cannot run the worker, as one plain sentence; None if it can."""
     if not cuda_available or device_count < 1:
         return (f"{PREFIX} no CUDA GPU on this host; the tensor-parallel MLP worker needs 2+ "
@@ -156,6 +176,11 @@ def cannot_run_reason(cuda_available: bool, device_count: int, world: int,
         have = " and ".join(f"{a}.{b} ({n})" for (a, b), n in KERNEL_CAPS.items())
         return (f"{PREFIX} no rsar kernel for this GPU yet ({gpu_name or 'GPU'}, compute "
                 f"capability {cc}); rsar has kernels for compute capability {have}")
+    if block_scales and capability is not None and tuple(capability) not in BLOCK_CAPS:
+        cc = f"{capability[0]}.{capability[1]}"
+        return (f"{PREFIX} block-wise fp8 scales run on compute capability 9.0 (H100/H200) "
+                f"so far, not on this GPU ({gpu_name or 'GPU'}, compute capability {cc}); "
+                f"use --scales row")
     return None
 
 
@@ -241,18 +266,79 @@ def quantize_rows(t: Any) -> tuple[Any, Any]:
     return (t.float() / scale).to(torch.float8_e4m3fn), scale
 
 
-def reference_block_fp8(x: Any, w_gate: Any, w_up: Any, w_down: Any, world: int) -> Any:
+def quantize_groups(t: Any) -> tuple[Any, Any]:
+    """(t as float8_e4m3fn, its (rows, cols / 128) float32 scales, M-major): one scale per
+    row and 128-element group of columns, each group's largest magnitude mapped to fp8's
+    largest value (DeepSeek-style dynamic quantization of activations). The scales have
+    strides (1, rows): torch's BlockWise1x128 layout, which GemmRsAr takes too."""
+    import torch
+    M, K = t.shape
+    if K % FP8_BLOCK:
+        raise ValueError(f"block-wise scales need columns a multiple of {FP8_BLOCK}, got {K}")
+    g = t.float().reshape(M, K // FP8_BLOCK, FP8_BLOCK)
+    scale = (g.abs().amax(dim=2) / FP8_MAX).clamp_min(1e-12)           # (M, K / 128)
+    q = (g / scale.unsqueeze(2)).reshape(M, K).to(torch.float8_e4m3fn)
+    return q, scale.t().contiguous().t()
+
+
+def quantize_blocks(w: Any) -> tuple[Any, Any]:
+    """(w as float8_e4m3fn, its (ceil(N / 128), K / 128) float32 scales, row-major): one
+    scale per 128 x 128 block of w (N, K), each block's largest magnitude mapped to fp8's
+    largest value (block-wise weight quantization); where N is not a multiple of 128 the
+    last block row covers the rows there are (zero-padded for its amax)."""
+    import torch
+    import torch.nn.functional as F
+    N, K = w.shape
+    if K % FP8_BLOCK:
+        raise ValueError(f"block-wise scales need K a multiple of {FP8_BLOCK}, got {K}")
+    nb, kb = -(-N // FP8_BLOCK), K // FP8_BLOCK
+    wp = F.pad(w.float(), (0, 0, 0, nb * FP8_BLOCK - N))
+    b = wp.reshape(nb, FP8_BLOCK, kb, FP8_BLOCK)
+    scale = (b.abs().amax(dim=(1, 3)) / FP8_MAX).clamp_min(1e-12)      # (nb, kb)
+    q = (b / scale[:, None, :, None]).reshape(nb * FP8_BLOCK, K)[:N]
+    return q.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
+
+
+def quantizers(scales: str = "row") -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(quantize h, quantize w_down) for ``--scales``: each returns (fp8 tensor, scales)."""
+    if scales == "row":
+        return quantize_rows, quantize_rows
+    if scales == "block":
+        return quantize_groups, quantize_blocks
+    raise ValueError(f"scales must be one of {SCALE_MODES}, got {scales!r}")
+
+
+def reference_block_fp8(x: Any, w_gate: Any, w_up: Any, w_down: Any, world: int,
+                        scales: str = "row") -> Any:
     """The block with its down projection on fp8 operands, in float32 from the full weights:
-    the sum over ranks of each rank's quantized h and w_down shard, dequantized (h computed
-    as each rank computes it, so it quantizes the same way)."""
+    the sum over ranks of each rank's quantized h and w_down shard, dequantized with their
+    ``scales`` (h computed as each rank computes it, so it quantizes the same way)."""
+    from rsar_core.reference import scaled_product
+    quant_h, quant_w = quantizers(scales)
     out = None
     for r in range(world):
         wg, wu, wd = shard_weights(w_gate, w_up, w_down, r, world)
-        h8, sh = quantize_rows(mlp_hidden(x, fuse_gate_up(wg, wu)))
-        w8, sw = quantize_rows(wd)
-        part = (h8.float() * sh) @ (w8.float() * sw).T
+        h8, sh = quant_h(mlp_hidden(x, fuse_gate_up(wg, wu)))
+        w8, sw = quant_w(wd)
+        if scales == "block":  # each group's / block's scale over the elements it covers
+            part = scaled_product(h8, w8, sh, sw).float()
+        else:
+            part = (h8.float() * sh) @ (w8.float() * sw).T
         out = part if out is None else out + part
     return out
+
+
+def baseline_error(h8: Any, w8: Any, x_scale: Any, w_scale: Any, out_dtype: Any) -> str | None:
+    """None where the fp8 baselines' matmul (``rsar_core.reference.scaled_mm``: torch's
+    row-wise or block-wise scaled_mm) runs on these operands, else why not ("Type: first
+    line of the message"): torch's block-wise kernel refuses some shapes and builds."""
+    from rsar_core import reference
+    try:
+        reference.scaled_mm(h8, w8, x_scale, w_scale, out_dtype)
+    except Exception as e:  # any refusal: the baselines are n/a, the fused variants go on
+        msg = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {msg[0] if msg else ''}"
+    return None
 
 
 def partial_block(x: Any, w_gate_up: Any, w_down_r: Any) -> Any:
@@ -301,14 +387,17 @@ def _reduce_scatter(out: Any, inp: Any) -> None:
 
 
 def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
-                  world: int, w_scale: Any = None) -> dict[str, dict[str, Callable[..., Any]]]:
+                  world: int, w_scale: Any = None,
+                  scales: str = "row") -> dict[str, dict[str, Callable[..., Any]]]:
     """name -> {"down": h -> (T, H), "block": () -> (T, H)} for the four variants.
 
     ``down`` is the row-parallel down projection plus its communication, from a ready h;
     ``block`` is the whole MLP block from x. Collectives run over torch.distributed's
     default group (NCCL on the GPUs; gloo in the CPU tests). With ``w_scale`` (fp8: the
-    fp8 ``w_down_r``'s per-channel scales) every variant quantizes h per token first and
-    multiplies fp8 operands: GemmRsAr with the scales, or torch._scaled_mm.
+    fp8 ``w_down_r``'s scales, per channel or per 128 x 128 block as ``scales`` says) every
+    variant quantizes h first (per token, or per token and 128-element group) and
+    multiplies fp8 operands: GemmRsAr with the scales, or torch's scaled_mm
+    (``rsar_core.reference.scaled_mm``: row-wise or block-wise).
     """
     import torch
     import torch.distributed as dist
@@ -325,13 +414,14 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
             return torch.mm(h, w_down_r.t(), out=out)
     else:
         from rsar_core.reference import scaled_mm
+        quant_h = quantizers(scales)[0]
 
         def fused(op: Any, h: Any) -> Any:
-            h8, sh = quantize_rows(h)
+            h8, sh = quant_h(h)
             return op(h8, w_down_r, sh, w_scale)
 
         def product(h: Any, out: Any = None) -> Any:
-            h8, sh = quantize_rows(h)
+            h8, sh = quant_h(h)
             return scaled_mm(h8, w_down_r, sh, w_scale, dt, out=out)
 
     def fused_ar(h: Any) -> Any:
@@ -426,10 +516,19 @@ def report_lines(res: dict[str, Any]) -> list[str]:
         f"{c['gpu']}, rsar transport {c['transport']}",
         f"  hidden {c['hidden']}, intermediate {c['inter']} ({c['inter'] // c['world']} per "
         f"rank), tokens {c['tokens']} (padded {c['padded_tokens']} for RS), "
-        f"{c.get('dtype', 'bf16')}, seed "
-        f"{c['seed']}; weights identical on all ranks: "
+        f"{c.get('dtype', 'bf16')}, "
+        + (f"{c['scales']} scales, " if c.get("scales") else "")
+        + f"seed {c['seed']}; weights identical on all ranks: "
         f"{'yes' if res.get('weights_identical') else 'NO'}",
     ]
+    if c.get("scales"):
+        lines.append("  fp8 down projection: "
+                     + ("h per token, w_down per output channel; baselines torch._scaled_mm "
+                        "(row-wise)" if c["scales"] == "row" else
+                        "h per token and 128-element k-group, w_down per 128 x 128 block; "
+                        "baselines torch.nn.functional.scaled_mm (BlockWise1x128 x "
+                        "BlockWise128x128)"))
+    na = set(res.get("unavailable") or ())
     sr = res.get("should_run")
     if sr:
         lines.append(f"  GemmRsAr.should_run(h): AR {sr.get('ar')}, RS {sr.get('rs')}")
@@ -438,6 +537,8 @@ def report_lines(res: dict[str, Any]) -> list[str]:
     for name in VARIANTS:
         chk = res["checks"].get(name)
         if chk is None:
+            if name in na:
+                lines.append(f"  {LABELS[name]:<34s} n/a (baseline unavailable, see below)")
             continue
         if chk.get("error"):
             lines.append(f"  {LABELS[name]:<34s} FAIL  {chk['error']}")
@@ -456,6 +557,9 @@ def report_lines(res: dict[str, Any]) -> list[str]:
         tps = res["summary"]["tokens_per_s"]
         for name in VARIANTS:
             if name not in us:
+                if name in na:
+                    lines.append(f"  {LABELS[name]:<34s} {'n/a':>10s} {'n/a':>13s} "
+                                 f"{'n/a':>13s}")
                 continue
             t = us[name]
             lines.append(f"  {LABELS[name]:<34s} {t['block']:10.1f} {tps.get(name, 0):13,.0f} "
@@ -468,6 +572,9 @@ def report_lines(res: dict[str, Any]) -> list[str]:
                     s = sp[pair]
                     lines.append(f"  {pair:<6s} block x{s.get('block', float('nan')):.2f}, "
                                  f"down+comm x{s.get('down', float('nan')):.2f}")
+    if na:
+        lines.append(f"baselines n/a: torch's scaled matmul refused these fp8 operands at "
+                     f"set-up ({res.get('baseline_error') or 'no reason given'}); no speedup")
     n = len(res["checks"])
     bad = sum(not ch.get("ok") for ch in res["checks"].values())
     if not res.get("weights_identical"):
@@ -493,6 +600,7 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
 
     # Weights and input: full from the seed on every rank, then this rank's shards.
     fp8 = args.dtype == "e4m3"
+    scales = getattr(args, "scales", "row") if fp8 else None
     dtype = block_dtype(args.dtype)
     x = make_input(args.seed, T, H, dev, dtype)
     full = make_weights(args.seed, H, I, dev, dtype)
@@ -502,8 +610,8 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     w_gu = fuse_gate_up(wg_r, wu_r)
     del wg_r, wu_r
     w_scale = None
-    if fp8:  # the down projection's weight, quantized once per output channel
-        wd_r, w_scale = quantize_rows(wd_r)
+    if fp8:  # the down projection's weight, quantized once (per output channel or block)
+        wd_r, w_scale = quantizers(scales)[1](wd_r)
     if rank != 0:
         full = None  # only rank 0 needs the full weights (the reference)
     for op in (op_ar, op_rs):
@@ -512,16 +620,27 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
                                f"on rank {rank}")
     h0 = mlp_hidden(x, w_gu)
     should = {"ar": bool(op_ar.should_run(h0)), "rs": bool(op_rs.should_run(h0))}
-    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world, w_scale)
-    _precompile((op_ar, op_rs), T, wd_r.shape[1], dev)
+    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world, w_scale, scales or "row")
+    base_why = None
+    if fp8:
+        # the baselines' scaled matmul, tried once on these operands: where torch refuses
+        # them (its block-wise kernel refuses some shapes and builds), the baseline variants
+        # are n/a on every rank alike (the reason any rank met)
+        h8, sh = quantizers(scales)[0](h0)
+        whys = dist_all_gather_object(baseline_error(h8, wd_r, sh, w_scale, dtype))
+        base_why = next((w for w in whys if w), None)
+        del h8, sh
+    names = [n for n in VARIANTS if not (base_why and n in BASELINES)]
+    _precompile((op_ar, op_rs), T, wd_r.shape[1], dev, block_scales=scales == "block")
 
     # Correctness: every variant's block on every rank against rank 0's float32 reference.
     ref = None
     if rank == 0:
-        ref = reference_block_fp8(x, *full, world) if fp8 else reference_block(x, *full)
+        ref = (reference_block_fp8(x, *full, world, scales) if fp8
+               else reference_block(x, *full))
     full = None
     checks: dict[str, dict[str, Any]] = {}
-    for name in VARIANTS:
+    for name in names:
         y = variants[name]["block"]()
         _sync(dev)
         for op in (op_ar, op_rs):
@@ -546,7 +665,7 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
 
     # Timing: the whole block, and the down projection + communication from a ready h.
     us: dict[str, dict[str, float]] = {}
-    for name in VARIANTS:
+    for name in names:
         v = variants[name]
         mine = {"block": time_fn(v["block"], args.iters, args.warmup, dev),
                 "down": time_fn(lambda: v["down"](h0), args.iters, args.warmup, dev)}
@@ -562,12 +681,15 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
         "config": {"world": world, "launcher": ctx["launcher"], "gpu": ctx["gpu"],
                    "transport": getattr(op_ar, "transport", "?"), "hidden": H, "inter": I,
                    "tokens": T, "padded_tokens": padded_rows(T, world), "seed": args.seed,
-                   "dtype": args.dtype,
+                   "dtype": args.dtype, "scales": scales,
                    "iters": args.iters, "warmup": args.warmup},
         "tol": TOL, "weights_identical": identical, "should_run": should, "checks": checks,
         "us": us, "summary": summarize(T, us), "clock": ctx.get("clock", "CUDA events"),
         "ok": ok,
     }
+    if base_why:  # the baseline variants torch's scaled matmul could not run
+        res["baseline_error"] = base_why
+        res["unavailable"] = list(BASELINES)
     return (EXIT_OK if ok else EXIT_FAILED), res
 
 
@@ -579,12 +701,17 @@ def block_dtype(name: str) -> Any:
     return torch.bfloat16 if name == "e4m3" else torch_dtype(name)
 
 
-def _precompile(ops: tuple[Any, ...], M: int, K: int, device: Any) -> None:
-    """Compile the fused kernels for (M, K) on every rank (``GemmRsAr.warmup``), then meet
-    at a barrier, so that the timed calls never wait on a compile."""
+def _precompile(ops: tuple[Any, ...], M: int, K: int, device: Any,
+                block_scales: bool = False) -> None:
+    """Compile the fused kernels for (M, K) on every rank (``GemmRsAr.warmup``; those of
+    block-wise fp8 scales with ``block_scales``), then meet at a barrier, so that the timed
+    calls never wait on a compile."""
     import torch.distributed as dist
     for op in ops:
-        op.warmup([M], K)
+        if block_scales:
+            op.warmup([M], K, block_scales=True)
+        else:
+            op.warmup([M], K)
     _sync(device)
     dist.barrier()
     _sync(device)
@@ -618,6 +745,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="bf16",
                    help="element type of the activations, the weights and the ops (e4m3: a "
                         "bf16 block whose down projection runs on fp8 operands)")
+    p.add_argument("--scales", choices=SCALE_MODES, default="row",
+                   help="fp8 scales of the down projection (--dtype e4m3 only): row (h per "
+                        "token, w_down per output channel) or block (h per token and "
+                        "128-element k-group, w_down per 128 x 128 block; sm90)")
     p.add_argument("--torchrun", action="store_true",
                    help="started by torchrun: NCCL from its environment, GPU = LOCAL_RANK")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the result here (rank 0)")
@@ -628,6 +759,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--inter must be a positive multiple of {K_ALIGN}")
     if a.dtype == "e4m3" and a.inter % K_ALIGN_FP8:
         p.error(f"--inter must be a multiple of {K_ALIGN_FP8} with --dtype e4m3")
+    if a.scales != "row" and a.dtype != "e4m3":
+        p.error(f"--scales {a.scales} needs --dtype e4m3 (fp8 operands have scales; "
+                f"{a.dtype} has none)")
     if a.tokens < 1:
         p.error("--tokens must be >= 1")
     if a.iters < 1:
@@ -674,7 +808,8 @@ def main(argv: list[str] | None = None) -> int:
         name = torch.cuda.get_device_name(idx)
     why = cannot_run_reason(cuda, count, world, cap, name, torchrun=tr,
                             torchrun_without_flag=(not tr and started_by_torchrun()),
-                            local_world=local_world)
+                            local_world=local_world,
+                            block_scales=args.dtype == "e4m3" and args.scales == "block")
     why = why or size_problem(args.hidden, args.inter, args.tokens, world,
                               K_ALIGN_FP8 if args.dtype == "e4m3" else K_ALIGN)
     if why:
@@ -715,8 +850,9 @@ def main(argv: list[str] | None = None) -> int:
                "launcher": "torchrun" if tr else "mpirun", "gpu": f"{' / '.join(gpus)} x{world}",
                "op_ar": op_ar, "op_rs": op_rs, "clock": "CUDA events"}
         if rank == 0:
+            sc = f" ({args.scales} scales)" if args.dtype == "e4m3" else ""
             print(f"{PREFIX} {world} ranks ({ctx['launcher']}), H={args.hidden} "
-                  f"I={args.inter} T={args.tokens} {args.dtype}: checking, then timing ...",
+                  f"I={args.inter} T={args.tokens} {args.dtype}{sc}: checking, then timing ...",
                   flush=True)
         code, res = run(ctx, args)
         op_rs.close()

@@ -9,6 +9,12 @@
   started by torch.distributed.run), with a stand-in for GemmRsAr that has the same call
   and output contract: all four variants pass their checks, T not a multiple of the world
   exercises the RS padding, and a stand-in that skips the reduction is caught (exit 1).
+- fp8 (--dtype e4m3): the per-row quantizer, and with --scales block the block-wise ones
+  (h per row and 128-element group, M-major scales; w per 128 x 128 block, a partial last
+  block row), the references that dequantize with them, the parser's refusal of --scales
+  block without e4m3, and ``run()`` on gloo with block scales: with a baseline matmul that
+  runs (a float64 stand-in for torch's block-wise scaled_mm) all four variants pass, with
+  one that refuses the baselines are reported n/a with its reason and the fused ones pass.
 
 This file doubles as that 2-process child: ``python -m torch.distributed.run ... this_file``.
 """
@@ -21,6 +27,8 @@ import sys
 from pathlib import Path
 
 from script_runs import REPO, load_script, plain_env as _plain_env, torch_sees_gpu
+
+from rsar_core.reference import is_block_scaled, scaled_product
 
 SCRIPT = REPO / "scripts" / "tp_worker.py"
 
@@ -43,11 +51,12 @@ class FakeGemmRsAr:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.mode = "ar" if all_reduce else "rs"
         self.calls = 0
+        self.block_calls = 0
         self.prepared: list = []
 
-    def warmup(self, Ms, K: int) -> None:
+    def warmup(self, Ms, K: int, *, block_scales: bool = False) -> None:
         # GemmRsAr's compile-ahead step, which the worker runs before the first call
-        self.prepared += [[M, K, self.mode] for M in Ms]
+        self.prepared += [[M, K, self.mode] + (["block"] if block_scales else []) for M in Ms]
 
     def can_run(self, w) -> bool:
         return w.dim() == 2 and w.is_contiguous()
@@ -68,7 +77,18 @@ class FakeGemmRsAr:
         self.calls += 1
         fp8 = x.dtype == torch.float8_e4m3fn
         assert w.dtype == x.dtype and fp8 == (x_scale is not None) == (w_scale is not None)
-        if fp8:  # an fp8 op: (x_scale * x) @ (w_scale * w).T, bf16 results
+        if fp8 and is_block_scaled(x, w, w_scale):
+            # block-wise, as GemmRsAr takes them: x's (M, K/128) row-major or M-major, w's
+            # (ceil(N/128), K/128) dense; each k-group's products times its two scales
+            M, K = x.shape
+            kb, nb = K // 128, -(-w.shape[0] // 128)
+            assert tuple(x_scale.shape) == (M, kb) and tuple(w_scale.shape) == (nb, kb)
+            assert x_scale.is_contiguous() or (x_scale.stride(0) == 1
+                                               and x_scale.stride(1) >= M), x_scale.stride()
+            assert w_scale.is_contiguous() or w_scale.stride() == (1, nb)
+            self.block_calls += 1
+            p = scaled_product(x, w, x_scale, w_scale).float()
+        elif fp8:  # an fp8 op: (x_scale * x) @ (w_scale * w).T, bf16 results
             p = (x.float() * x_scale.reshape(-1, 1)) @ (w.float() * w_scale.reshape(-1, 1)).T
         else:
             p = x.float() @ w.float().T
@@ -85,24 +105,50 @@ class FakeGemmRsAr:
         return full[self.rank * local:(self.rank + 1) * local].to(out).contiguous()
 
 
+def _stand_in_scaled_mm(x, w, x_scale, w_scale, out_dtype=None, out=None):
+    """``rsar_core.reference.scaled_mm`` where torch's (block-wise) scaled_mm cannot run
+    (this CPU): the float64 product of the scaled operands, rounded to ``out_dtype``."""
+    import torch
+    y = scaled_product(x, w, x_scale, w_scale).to(out_dtype or torch.bfloat16)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+def _refusing_scaled_mm(*a, **kw):
+    raise ValueError("stand-in refusal: block-wise scaled_mm unsupported here\nsecond line")
+
+
 def _child() -> int:
     import torch
     import torch.distributed as dist
+    from rsar_core import reference
     out_dir = Path(os.environ["TPW_TEST_OUT"])
     broken = os.environ.get("TPW_TEST_BROKEN") == "1"
+    # the fp8 baselines' matmul: torch's (""), the float64 stand-in, or one that refuses
+    anchor = os.environ.get("TPW_TEST_ANCHOR", "")
+    if anchor == "stand-in":
+        reference.scaled_mm = _stand_in_scaled_mm
+    elif anchor == "refuse":
+        reference.scaled_mm = _refusing_scaled_mm
+    hidden, inter = os.environ.get("TPW_TEST_SIZES", "128,256").split(",")
     torch.manual_seed(0)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    args = tpw.parse(["--hidden", "128", "--inter", "256", "--tokens", "101",
+    args = tpw.parse(["--hidden", hidden, "--inter", inter, "--tokens", "101",
                       "--iters", "3", "--warmup", "1",
-                      "--dtype", os.environ.get("TPW_TEST_DTYPE", "bf16")])
+                      "--dtype", os.environ.get("TPW_TEST_DTYPE", "bf16"),
+                      "--scales", os.environ.get("TPW_TEST_SCALES", "row")])
     ctx = {"rank": rank, "world": world, "device": torch.device("cpu"), "launcher": "torchrun",
            "gpu": "CPU", "op_ar": FakeGemmRsAr(True, broken), "op_rs": FakeGemmRsAr(False),
            "clock": "wall clock"}
     code, res = tpw.run(ctx, args)
     calls = {"ar": ctx["op_ar"].calls, "rs": ctx["op_rs"].calls}
+    block_calls = {"ar": ctx["op_ar"].block_calls, "rs": ctx["op_rs"].block_calls}
     prepared = ctx["op_ar"].prepared + ctx["op_rs"].prepared
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"code": code, "calls": calls,
+                                                          "block_calls": block_calls,
                                                           "prepared": prepared}))
     if rank == 0:
         (out_dir / "result.json").write_text(json.dumps(res))
@@ -183,6 +229,9 @@ def test_no_gpu_under_torchrun_one_sentence():
     (["--iters", "0"], "--iters must be >= 1"),
     (["--dtype", "f32"], "argument --dtype: invalid choice"),
     (["--bogus"], "unrecognized arguments"),
+    (["--scales", "block"], "--scales block needs --dtype e4m3"),
+    (["--dtype", "f16", "--scales", "block"], "--scales block needs --dtype e4m3"),
+    (["--dtype", "e4m3", "--scales", "tensor"], "argument --scales: invalid choice"),
 ])
 def test_bad_arguments_are_usage_errors(argv, msg):
     p = _run([sys.executable, str(SCRIPT), *argv])
@@ -394,9 +443,11 @@ def test_report_readable():
 
 
 # --------------------------------------------------------------------------- run() on gloo
-def _gloo_run(tmp_path: Path, broken: bool, dtype: str = "bf16"):
+def _gloo_run(tmp_path: Path, broken: bool, dtype: str = "bf16", scales: str = "row",
+              anchor: str = "", sizes: str = "128,256"):
     env = _plain_env(TPW_TEST_OUT=str(tmp_path), TPW_TEST_BROKEN="1" if broken else "0",
-                     TPW_TEST_DTYPE=dtype, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+                     TPW_TEST_DTYPE=dtype, TPW_TEST_SCALES=scales, TPW_TEST_ANCHOR=anchor,
+                     TPW_TEST_SIZES=sizes, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = _torchrun(str(Path(__file__).resolve()), env=env)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text())
              if (tmp_path / f"rank{r}.json").exists() else None for r in range(2)]
@@ -424,6 +475,9 @@ def test_run_end_to_end_on_gloo(tmp_path, dtype):
         assert res["us"][n]["block"] > 0 and res["us"][n]["down"] > 0
     assert "all 4 checks passed" in p.stdout
     assert res["config"]["dtype"] == dtype and f"(padded 102 for RS), {dtype}," in p.stdout
+    assert res["config"]["scales"] == ("row" if dtype == "e4m3" else None)
+    assert "baseline_error" not in res and "unavailable" not in res
+    assert all(r["block_calls"] == {"ar": 0, "rs": 0} for r in ranks), ranks
 
 
 def test_run_catches_a_missing_reduction(tmp_path):
@@ -466,3 +520,234 @@ def test_fp8_needs_k_a_multiple_of_128():
     p = _run([sys.executable, str(SCRIPT), "--dtype", "e4m3", "--inter", "192"])
     assert p.returncode == 2 and "multiple of 128 with --dtype e4m3" in p.stderr
     assert "multiple of 128" in tpw.size_problem(128, 384, 16, 2, tpw.K_ALIGN_FP8)
+
+
+# --------------------------------------------------------------------------- block-wise fp8
+def test_scales_option_parses():
+    assert tpw.parse([]).scales == "row"
+    assert tpw.parse(["--dtype", "e4m3"]).scales == "row"
+    assert tpw.parse(["--dtype", "e4m3", "--scales", "block"]).scales == "block"
+    with pytest.raises(SystemExit) as e:
+        tpw.parse(["--dtype", "bf16", "--scales", "block"])
+    assert e.value.code == 2
+    p = _run([sys.executable, str(SCRIPT), "--help"])
+    assert p.returncode == 0 and "--scales {row,block}" in p.stdout
+    assert "--scales block" in p.stdout and "128 x 128 block" in p.stdout
+
+
+def _spread_groups(M: int, K: int, seed: int = 0):
+    """(M, K) float32 whose 128-element groups differ in magnitude by up to 10^+-3, with one
+    group all zero (its scale clamps, its values stay zero)."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(M, K, generator=g)
+    mag = 10.0 ** (6 * torch.rand(M, K // 128, generator=g) - 3)
+    t = t * mag.repeat_interleave(128, dim=1)
+    t[1, 128:256] = 0.0
+    return t
+
+
+def test_quantize_groups_per_row_and_128_group():
+    import torch
+    M, K = 37, 384
+    t = _spread_groups(M, K)
+    q, s = tpw.quantize_groups(t.to(torch.bfloat16))
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (M, K) and q.is_contiguous()
+    # (M, K/128) float32, M-major: torch's BlockWise1x128 layout, which GemmRsAr takes too
+    assert s.dtype == torch.float32 and s.shape == (M, K // 128)
+    assert s.stride() == (1, M) and not s.is_contiguous()
+    qg = q.float().reshape(M, K // 128, 128)
+    amax = qg.abs().amax(dim=2)
+    nonzero = t.reshape(M, K // 128, 128).abs().amax(dim=2) > 0
+    assert not bool(nonzero[1, 1]) and bool(nonzero.sum() == nonzero.numel() - 1)
+    # each group's largest magnitude maps to fp8's largest value
+    assert torch.equal(amax[nonzero], torch.full_like(amax[nonzero], tpw.FP8_MAX))
+    assert float(amax[1, 1]) == 0.0 and float(s[1, 1]) == pytest.approx(1e-12)
+    tb = t.to(torch.bfloat16).float()
+    torch.testing.assert_close(s, tb.reshape(M, K // 128, 128).abs().amax(dim=2)
+                               .div(tpw.FP8_MAX).clamp_min(1e-12))
+    # dequantized: each group within e4m3's rounding (3 mantissa bits) of the input
+    deq = (qg * s.unsqueeze(2)).reshape(M, K)
+    tg, dg = tb.reshape(M, K // 128, 128), deq.reshape(M, K // 128, 128)
+    rel = (dg - tg).norm(dim=2)[nonzero] / tg.norm(dim=2)[nonzero]
+    assert float(rel.max()) < 0.06, float(rel.max())
+    assert float((deq - tb).abs().max() / tb.abs().max()) < 1 / 16
+    # one scale per row loses the groups far below the row's largest value: it is per group
+    qr, sr = tpw.quantize_rows(tb)
+    dr = (qr.float() * sr).reshape(M, K // 128, 128)
+    rel_row = (dr - tg).norm(dim=2)[nonzero] / tg.norm(dim=2)[nonzero]
+    assert float(rel_row.max()) > 0.5
+    with pytest.raises(ValueError, match="multiple of 128"):
+        tpw.quantize_groups(torch.ones(4, 200))
+
+
+@pytest.mark.parametrize("N", [256, 200, 72])
+def test_quantize_blocks_per_128x128_block(N):
+    import torch
+    K = 256
+    g = torch.Generator().manual_seed(2)
+    nb, kb = -(-N // 128), K // 128
+    mag = 10.0 ** (4 * torch.rand(nb, kb, generator=g) - 2)
+    w = torch.randn(N, K, generator=g) * mag.repeat_interleave(128, 0)[:N].repeat_interleave(
+        128, 1)
+    q, s = tpw.quantize_blocks(w.to(torch.bfloat16))
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (N, K) and q.is_contiguous()
+    assert s.dtype == torch.float32 and s.shape == (nb, kb) and s.is_contiguous()
+    wb = w.to(torch.bfloat16).float()
+    full_s = s.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)
+    deq = q.float() * full_s
+    for i in range(nb):  # the last block row covers the rows there are (N % 128 of them)
+        rows = slice(i * 128, min(N, (i + 1) * 128))
+        for j in range(kb):
+            cols = slice(j * 128, (j + 1) * 128)
+            blk, qb = wb[rows, cols], q.float()[rows, cols]
+            assert float(qb.abs().max()) == tpw.FP8_MAX  # the block's amax maps to 448
+            assert float(s[i, j]) == pytest.approx(float(blk.abs().max()) / tpw.FP8_MAX,
+                                                   rel=1e-6)
+            rel = float((deq[rows, cols] - blk).norm() / blk.norm())
+            assert rel < 0.06, (i, j, rel)
+    # the scales are what the reference and the ops take: rsar_core's block-wise product
+    from rsar_core.reference import is_block_scaled
+    h = _spread_groups(9, K, seed=3)
+    h8, sh = tpw.quantize_groups(h)
+    if nb * kb > 1:
+        assert is_block_scaled(h8, q, s)
+    got = scaled_product(h8, q, sh, s)
+    assert tpw.rel_error(got.float(), (h.double() @ wb.double().T).float()) < 0.06
+    with pytest.raises(ValueError, match="multiple of 128"):
+        tpw.quantize_blocks(torch.ones(128, 192))
+
+
+def test_quantize_blocks_zero_block_and_quantizers():
+    import torch
+    w = torch.randn(256, 256)
+    w[128:, :128] = 0.0
+    q, s = tpw.quantize_blocks(w)
+    assert float(s[1, 0]) == pytest.approx(1e-12) and float(q.float()[128:, :128].abs().max()) == 0
+    assert tpw.quantizers("row") == (tpw.quantize_rows, tpw.quantize_rows)
+    assert tpw.quantizers("block") == (tpw.quantize_groups, tpw.quantize_blocks)
+    with pytest.raises(ValueError, match="scales"):
+        tpw.quantizers("tensor")
+
+
+def test_fp8_block_reference_dequantizes_with_the_block_scales():
+    """The block-scaled fp8 reference is the sum of the ranks' block-dequantized products:
+    close to the bf16 block (quantization moves it by a few percent), not the per-row one."""
+    import torch
+    x = tpw.make_input(3, 9, 200, torch.device("cpu"))
+    full = tpw.make_weights(3, 200, 512, torch.device("cpu"))  # K = 256 per rank, N = 200
+    ref8 = tpw.reference_block_fp8(x, *full, 2, "block")
+    assert ref8.shape == (9, 200) and ref8.dtype == torch.float32
+    ref = tpw.reference_block(x, *full)
+    err = tpw.rel_error(ref8, ref)
+    assert 1e-3 < err < 0.1, err
+    parts = []
+    for r in range(2):
+        wg, wu, wd = tpw.shard_weights(*full, r, 2)
+        h = tpw.mlp_hidden(x, tpw.fuse_gate_up(wg, wu))
+        h8, sh = tpw.quantize_groups(h)
+        w8, sw = tpw.quantize_blocks(wd)
+        assert sh.shape == (9, 2) and sw.shape == (2, 2)
+        xs = h8.double() * sh.double().repeat_interleave(128, dim=1)
+        ws = w8.double() * sw.double().repeat_interleave(128, 0)[:200].repeat_interleave(128, 1)
+        parts.append(xs @ ws.T)
+    torch.testing.assert_close(ref8, (parts[0] + parts[1]).float(), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(ref8, tpw.reference_block_fp8(x, *full, 2, "row"))
+
+
+def test_baseline_error_names_the_refusal(monkeypatch):
+    import torch
+    from rsar_core import reference
+    h8, sh = tpw.quantize_groups(torch.randn(5, 256))
+    w8, sw = tpw.quantize_blocks(torch.randn(200, 256))
+    monkeypatch.setattr(reference, "scaled_mm", _refusing_scaled_mm)
+    why = tpw.baseline_error(h8, w8, sh, sw, torch.bfloat16)
+    assert why == "ValueError: stand-in refusal: block-wise scaled_mm unsupported here"
+    monkeypatch.setattr(reference, "scaled_mm", _stand_in_scaled_mm)
+    assert tpw.baseline_error(h8, w8, sh, sw, torch.bfloat16) is None
+
+
+def test_block_scales_need_sm90():
+    why = tpw.cannot_run_reason(True, 2, 2, (10, 0), "NVIDIA B200", block_scales=True)
+    assert why is not None and why.startswith("rsar tp_worker: ") and "--scales row" in why
+    assert "compute capability 10.0" in why and "\n" not in why
+    assert tpw.cannot_run_reason(True, 2, 2, (9, 0), block_scales=True) is None
+    assert tpw.cannot_run_reason(True, 2, 2, (10, 0)) is None
+
+
+def test_report_with_block_scales_and_no_baselines():
+    res = _result()
+    res["config"].update(dtype="e4m3", scales="block")
+    for n in tpw.BASELINES:
+        del res["checks"][n], res["us"][n]
+    res["summary"] = tpw.summarize(4096, res["us"])
+    res["baseline_error"] = "ValueError: Invalid scaling configuration."
+    res["unavailable"] = list(tpw.BASELINES)
+    text = "\n".join(tpw.report_lines(res))
+    assert "(padded 4096 for RS), e4m3, block scales, seed 0" in text
+    assert "128 x 128 block" in text and "BlockWise1x128" in text
+    for n in tpw.BASELINES:
+        assert f"{tpw.LABELS[n]:<34s} n/a (baseline unavailable" in text
+    assert "speedup" not in text.split("baselines n/a")[0]
+    assert ("baselines n/a: torch's scaled matmul refused these fp8 operands at set-up "
+            "(ValueError: Invalid scaling configuration.)") in text
+    assert text.splitlines()[-1] == "rsar tp_worker: all 2 checks passed (rel err < 0.02)"
+    row = _result()
+    row["config"].update(dtype="e4m3", scales="row")
+    rt = "\n".join(tpw.report_lines(row))
+    assert "e4m3, row scales, seed" in rt and "torch._scaled_mm (row-wise)" in rt
+    assert "n/a" not in rt
+
+
+def _block_run_checks(p, ranks, res, names):
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert [r["code"] for r in ranks] == [0, 0], out
+    assert res["ok"] and res["weights_identical"]
+    assert res["config"]["dtype"] == "e4m3" and res["config"]["scales"] == "block"
+    assert res["config"]["hidden"] == 200 and res["config"]["padded_tokens"] == 102
+    # GemmRsAr's block-wise kernels compiled ahead, at (M=T, K=I/world=256)
+    assert all(r["prepared"] == [[101, 256, "ar", "block"], [101, 256, "rs", "block"]]
+               for r in ranks), ranks
+    # every fused call got block-wise scales in a layout GemmRsAr takes (the fake asserts)
+    assert all(r["calls"] == r["block_calls"] == {"ar": 1 + 2 * 4, "rs": 1 + 2 * 4}
+               for r in ranks), ranks
+    assert sorted(res["checks"]) == sorted(names) and sorted(res["us"]) == sorted(names)
+    for n in names:
+        c = res["checks"][n]
+        assert c["ok"] and len(c["rel_err"]) == 2 and max(c["rel_err"]) < 1e-2, c
+        assert c["rank_diff"] == 0.0, c
+    assert f"all {len(names)} checks passed" in p.stdout
+    assert "(padded 102 for RS), e4m3, block scales," in p.stdout
+
+
+def test_run_block_scales_end_to_end_on_gloo(tmp_path):
+    # torch's block-wise scaled_mm has no CPU kernel: a float64 stand-in runs the baselines
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype="e4m3", scales="block",
+                              anchor="stand-in", sizes="200,512")
+    _block_run_checks(p, ranks, res, tpw.VARIANTS)
+    assert "baseline_error" not in res and "n/a" not in p.stdout
+    assert set(res["summary"]["speedup"]) == {"AR", "RS+AG"}
+
+
+def test_run_block_scales_without_baselines_on_gloo(tmp_path):
+    # torch's scaled_mm refuses at set-up: the baselines are n/a with its reason, no crash
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype="e4m3", scales="block",
+                              anchor="refuse", sizes="200,512")
+    _block_run_checks(p, ranks, res, ("fused_ar", "fused_rs_ag"))
+    why = "ValueError: stand-in refusal: block-wise scaled_mm unsupported here"
+    assert res["baseline_error"] == why and res["unavailable"] == list(tpw.BASELINES)
+    assert res["summary"]["speedup"] == {}
+    assert why in p.stdout and "n/a (baseline unavailable" in p.stdout
+
+
+def test_run_block_scales_with_this_torch_on_gloo(tmp_path):
+    # torch's own scaled_mm on this CPU: it runs the block-wise baselines, or it refuses them
+    # and they are n/a with its reason; either way the fused variants pass and nothing crashes
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype="e4m3", scales="block",
+                              sizes="200,512")
+    if res and res.get("baseline_error"):
+        _block_run_checks(p, ranks, res, ("fused_ar", "fused_rs_ag"))
+        assert res["baseline_error"] in p.stdout
+    else:
+        _block_run_checks(p, ranks, res, tpw.VARIANTS)
