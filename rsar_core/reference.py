@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-# the k-group of block-wise fp8 scales, and the w block's rows
-BLOCK = 128
+from .validate import SCALE_BLOCK_K as BLOCK  # block-wise fp8 scales' k-group and w block
 
 
 def rank_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.device,
@@ -61,7 +60,7 @@ def rank_fp8_inputs(seed: int, rank: int, M: int, N: int, K: int, device: torch.
     return x, w, sx, sw
 
 
-def is_block_scaled(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> bool:
+def is_block_scaled(w: torch.Tensor, w_scale: torch.Tensor) -> bool:
     """Whether ``w_scale`` is block-wise: (ceil(N / 128), K / 128), not one value or one
     per row of w."""
     N, K = w.shape
@@ -73,7 +72,7 @@ def scaled_product(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
                    w_scale: torch.Tensor) -> torch.Tensor:
     """(x_scale * x) @ (w_scale * w).T in float64: what an fp8 op's rank contributes (scales
     one each, one per row, or block-wise, each broadcast over the elements it scales)."""
-    if is_block_scaled(x, w, w_scale):
+    if is_block_scaled(w, w_scale):
         N = w.shape[0]
         xs = x.double() * x_scale.double().repeat_interleave(BLOCK, dim=1)
         full_w = w_scale.double().repeat_interleave(BLOCK, dim=0)[:N]
@@ -92,8 +91,9 @@ def scaled_mm(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: 
     anchor of the benchmarks and tests, accumulating as the kernel's tensor cores do.
     Block-wise scales go to ``torch.nn.functional.scaled_mm`` (BlockWise1x128 x
     BlockWise128x128, in the layouts it takes: x's M-major, w's as a view), which promotes
-    each k-group's products to fp32 as the kernel does."""
-    if is_block_scaled(x, w, w_scale):
+    each k-group's products to fp32 as the kernel does; it has no ``out``, so ``out`` is
+    then filled by a copy (a benchmark times it without ``out``)."""
+    if is_block_scaled(w, w_scale):
         import torch.nn.functional as F
         st = F.ScalingType
         a = x_scale  # (M, K / 128), stride (1, M): a copy unless it is so already

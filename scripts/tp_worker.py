@@ -439,9 +439,11 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
         return y
 
     def mm_rs_ag(h: Any) -> Any:
-        part = torch.empty(Tp, H, dtype=dt, device=dev)
-        product(h, out=part[:T])
-        if Tp > T:
+        if Tp == T:  # no padding: the product itself (torch's block-wise one has no out=)
+            part = product(h)
+        else:
+            part = torch.empty(Tp, H, dtype=dt, device=dev)
+            product(h, out=part[:T])
             part[T:].zero_()
         shard = torch.empty(local, H, dtype=dt, device=dev)
         _reduce_scatter(shard, part)
