@@ -295,7 +295,8 @@ class Bench:
         if self.fp8:
             # the anchor's columns where torch runs these scales at this shape (every rank
             # drops the same ones: the reason any rank met)
-            whys = self.comm.allgather(anchor_error(product, sets[0]))
+            from rsar_core.reference import call_refusal
+            whys = self.comm.allgather(call_refusal(product, *sets[0]))
             anchor_why = next((w for w in whys if w), None)
             for name in na_columns(self.args.scales == "block", anchor_why):
                 del cols[name]
@@ -536,17 +537,6 @@ def _with(op, fn, **knobs):
             for k, v in before.items():
                 setattr(op, k, v)
     return call
-
-
-def anchor_error(fn, inputs: tuple) -> str | None:
-    """None where the anchor ``fn`` runs on ``inputs``, else why not ("Type: first line of
-    the message"): torch's block-wise scaled_mm refuses some shapes and builds."""
-    try:
-        fn(*inputs)
-    except Exception as e:  # any refusal: the anchor is n/a, the sweep goes on
-        msg = str(e).strip().splitlines()
-        return f"{type(e).__name__}: {msg[0] if msg else ''}"
-    return None
 
 
 def na_columns(block: bool, anchor_why: str | None) -> list[str]:

@@ -234,24 +234,12 @@ def geomeans(rows: list[dict]) -> dict[str, float]:
                                           if k in r["us"]]) for k in names}
 
 
-def anchor_error(fn: Any, inputs: tuple) -> str | None:
-    """None where the anchor ``fn`` runs on ``inputs``, else why not ("Type: first line of
-    the message"), for the shape's row: torch's block-wise scaled_mm refuses some shapes
-    and builds, and the sweep goes on without it there."""
-    try:
-        fn(*inputs)
-    except Exception as e:  # any refusal: the anchor is n/a at this shape
-        msg = str(e).strip().splitlines()
-        return f"{type(e).__name__}: {msg[0] if msg else ''}"
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout
-    from rsar_core.reference import scaled_mm
+    from rsar_core.reference import call_refusal, scaled_mm
     from rsar_core.validate import IN_DTYPES, check_scales, torch_dtype
     fp8 = a.dtype in IN_DTYPES.values()
     block = fp8 and a.scales == "block"
@@ -272,10 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         y = torch.empty(M, N, dtype=dtype, device=dev)
         # torch's block-wise scaled_mm has no out=: it allocates (what the caching allocator
         # makes cheap) rather than copying into y
-        y_mm = None if a.scales == "block" else y
+        y_mm = None if block else y
         cols: dict[str, Any] = {"mm": (lambda *a: scaled_mm(*a, y.dtype, out=y_mm)) if fp8 else
                                 (lambda x, w: torch.mm(x, w.t(), out=y))}
-        anchor_why = anchor_error(cols["mm"], sets[0]) if fp8 else None
+        anchor_why = call_refusal(cols["mm"], *sets[0]) if fp8 else None
         if anchor_why:  # torch's scaled_mm does not take these scales here: mm is n/a
             del cols["mm"]
         # the kernel's scale bits, as the op derives them (the same for every set)

@@ -333,12 +333,7 @@ def baseline_error(h8: Any, w8: Any, x_scale: Any, w_scale: Any, out_dtype: Any)
     row-wise or block-wise scaled_mm) runs on these operands, else why not ("Type: first
     line of the message"): torch's block-wise kernel refuses some shapes and builds."""
     from rsar_core import reference
-    try:
-        reference.scaled_mm(h8, w8, x_scale, w_scale, out_dtype)
-    except Exception as e:  # any refusal: the baselines are n/a, the fused variants go on
-        msg = str(e).strip().splitlines()
-        return f"{type(e).__name__}: {msg[0] if msg else ''}"
-    return None
+    return reference.call_refusal(reference.scaled_mm, h8, w8, x_scale, w_scale, out_dtype)
 
 
 def partial_block(x: Any, w_gate_up: Any, w_down_r: Any) -> Any:

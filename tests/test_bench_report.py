@@ -159,7 +159,7 @@ def test_block_scales_pad_by_row_and_the_anchor_is_na_where_torch_refuses():
     (this CPU build, say): the shape's anchor columns are then n/a, with the reason, and
     symm_mem's fused op (no block-wise form) is n/a at every shape."""
     import torch
-    from rsar_core.reference import rank_fp8_inputs, scaled_mm
+    from rsar_core.reference import call_refusal, rank_fp8_inputs, scaled_mm
     inputs = rank_fp8_inputs(1, 0, 5, 384, 256, torch.device("cpu"), block=True)
     x, w, sx, sw = bench._pad_rows(inputs, 6)
     assert x.shape == (6, 256) and sx.shape == (6, 2) and sw is inputs[3] and w is inputs[1]
@@ -173,16 +173,16 @@ def test_block_scales_pad_by_row_and_the_anchor_is_na_where_torch_refuses():
 
     def refuses(*a):
         raise ValueError("Invalid scaling configuration.\n- For TensorWise ...")
-    why = bench.anchor_error(refuses, inputs)
+    why = call_refusal(refuses, *inputs)
     assert why == "ValueError: Invalid scaling configuration."
-    assert bench.anchor_error(lambda *a: None, inputs) is None
+    assert call_refusal(lambda *a: None, *inputs) is None
     try:
         scaled_mm(*inputs)
     except Exception:  # no block-wise scaled_mm here: reported, not raised
-        assert bench.anchor_error(scaled_mm, inputs).startswith(
+        assert call_refusal(scaled_mm, *inputs).startswith(
             ("ValueError", "RuntimeError", "NotImplementedError", "AttributeError"))
     else:
-        assert bench.anchor_error(scaled_mm, inputs) is None
+        assert call_refusal(scaled_mm, *inputs) is None
     assert bench.na_columns(True, None) == ["torch_rs"]
     assert bench.na_columns(True, why) == ["torch_rs", "mm", "mm_rs", "mm_ar"]
     assert bench.na_columns(False, why) == ["mm", "mm_rs", "mm_ar"]

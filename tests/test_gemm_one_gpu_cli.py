@@ -123,7 +123,7 @@ def test_block_inputs_bits_and_an_anchor_that_may_be_missing(monkeypatch):
     import types
 
     import torch
-    from rsar_core.reference import scaled_mm
+    from rsar_core.reference import call_refusal, scaled_mm
     from rsar_core.validate import SCALE_BLOCK, check_scales
     mod = _module()
     cpu = torch.device("cpu")
@@ -158,14 +158,14 @@ def test_block_inputs_bits_and_an_anchor_that_may_be_missing(monkeypatch):
     try:
         scaled_mm(*sets[0], torch.bfloat16)
     except Exception as e:
-        why = mod.anchor_error(lambda *a: scaled_mm(*a, torch.bfloat16), sets[0])
+        why = call_refusal(lambda *a: scaled_mm(*a, torch.bfloat16), *sets[0])
         assert why and why.startswith(type(e).__name__ + ": ")
     else:
-        assert mod.anchor_error(lambda *a: scaled_mm(*a, torch.bfloat16), sets[0]) is None
+        assert call_refusal(lambda *a: scaled_mm(*a, torch.bfloat16), *sets[0]) is None
 
     def refuses(*a):
         raise RuntimeError("block-wise scaling is not supported here\nmore")
-    assert mod.anchor_error(refuses, sets[0]) == \
+    assert call_refusal(refuses, *sets[0]) == \
         "RuntimeError: block-wise scaling is not supported here"
     rows = [{"us": {"mm": 10.0, "default": 5.0}},
             {"us": {"mm": None, "default": 1.0}},  # the anchor n/a at this shape
