@@ -209,6 +209,13 @@ class Sm90FusedKernel(CommWarps):
         self.num_mma_threads = 256
         self.producer_regs = 104  # 128 x 104 + 256 x 200 = 384 x 168: what the CTA holds at launch
         self.mma_regs = 200
+        # Block-wise scales on the GEMM alone with the TMA store: no thread of the first warp
+        # group holds more than a few registers, so the MMA threads take 232 and keep two
+        # k-groups' products (``_mma_role``); the fused kernels' communication threads need
+        # their 104 (at 72 / 216 both sides spill).
+        self.block_pairs = self.block_scales and mode == "gemm" and self.tma_store
+        if self.block_pairs:
+            self.producer_regs, self.mma_regs = 40, 232
         self.num_sub = bn // EPI_N
         # The ring holds a whole tile, so the MMA warps hand a tile over and start the next
         # one while the communication warps still push it: with a 2-slot ring (BN=256, one
@@ -250,13 +257,18 @@ class Sm90FusedKernel(CommWarps):
     def _layouts(self) -> None:
         row = _ROW_LAYOUT
         ab, bk = self.ab_elem, self.bk
-        self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            ab, ab, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(), Float32,
-            (2, 1, 1), tiler_mn=(64, self.bn))
+        self.tiled_mma = self._make_mma()
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90_utils.get_smem_layout_atom(row, ab, bk), ab)
         self.a_smem_staged = cute.tile_to_shape(atom, (BM, bk, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
+
+    def _make_mma(self) -> Any:
+        """Two warp groups of ``m64 x BN`` wgmmas on the tile, fp32 accumulators."""
+        row = _ROW_LAYOUT
+        return sm90_utils.make_trivial_tiled_mma(
+            self.ab_elem, self.ab_elem, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(),
+            Float32, (2, 1, 1), tiler_mn=(64, self.bn))
 
     def _slot_layout(self, slots: int = 0) -> Any:
         """The sub-tile ring's layout, (BM, EPI_N[, slots]): padded rows, or with bulk-copy
@@ -584,7 +596,13 @@ class Sm90FusedKernel(CommWarps):
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
         tiles_done = Int32(0)  # trace: tiles this CTA has finished
-        acc_k = acc  # block-wise fp8 scales: one k-group's products (``block_scales``)
+        # block-wise fp8 scales: one k-group's products (two k-groups' with ``block_pairs``),
+        # and two MMAs fixed once (the first wgmma of a k-group overwrites its products, the
+        # rest add to them), so no loop body changes an MMA's state
+        acc_k = acc
+        acc_k2 = acc
+        mma_z = tiled_mma
+        mma_a = tiled_mma
         brow0 = Int32(0)
         brow1 = Int32(0)
         xs_row = Int64(0)
@@ -593,6 +611,12 @@ class Sm90FusedKernel(CommWarps):
         ws_k = Int64(0)
         if cutlass.const_expr(self.block_scales):
             acc_k = cute.make_rmem_tensor(tCcC.shape, Float32)
+            if cutlass.const_expr(self.block_pairs):
+                acc_k2 = cute.make_rmem_tensor(tCcC.shape, Float32)
+            mma_z = self._make_mma()
+            mma_z.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+            mma_a = self._make_mma()
+            mma_a.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             brow0, _ = tCcC[0]  # this thread's two rows of the tile
             brow1, _ = tCcC[2]
             xs_row, xs_k, ws_blk, ws_k = self._block_strides(scale_bits, N, k_tiles)
@@ -609,43 +633,63 @@ class Sm90FusedKernel(CommWarps):
                 read_state.reset_count()
                 rel_state.reset_count()
                 if cutlass.const_expr(self.block_scales):
-                    # Each k-block (one 128-element k-group) into its own accumulators, then
-                    # added to the fp32 sums times its x row and w block scales; the next
-                    # k-group's scales load while this one's wgmma runs.
+                    # Each k-group's products are accumulated apart and added to the fp32 sums
+                    # times x's row scales and w's block scale. A scale register is reloaded
+                    # (two k-groups ahead) only after its last read: a move of a fresh load
+                    # would wait for it with the tensor pipes idle (docs/PERF.md (ae)).
                     row0 = cutlass.min(tm * Int32(BM) + brow0, M - Int32(1))
                     row1 = cutlass.min(tm * Int32(BM) + brow1, M - Int32(1))
                     xa0 = sx_addr + Int64(row0) * xs_row
                     xa1 = sx_addr + Int64(row1) * xs_row
                     wa = sw_addr + Int64(tn * Int32(self.bn) // Int32(128)) * ws_blk
-                    k0 = Int64(k_lo)
-                    s0 = ptx.ld_f32_nc(xa0 + k0 * xs_k)
-                    s1 = ptx.ld_f32_nc(xa1 + k0 * xs_k)
-                    sw = ptx.ld_f32_nc(wa + k0 * ws_k)
+                    sc = (xa0, xa1, wa, xs_k, ws_k)
+                    last = k_hi - Int32(1)
+                    n_k = k_hi - k_lo
+                    a0, a1, aw = self._group_scales(sc, k_lo)
+                    b0, b1, bw = self._group_scales(sc, cutlass.min(k_lo + Int32(1), last))
                     acc.fill(0.0)
-                    # the wgmma is waited for at once, so the stage goes back to the producer
-                    # before the adds
-                    for kt in range(k_lo, k_hi):
-                        ab_pipe.consumer_wait(read_state)
-                        self._mark(ws, cta, trace.MMA_FIRST_K, first & (kt == k_lo))
-                        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-                        cute.nvgpu.warpgroup.fence()
-                        for kb in cutlass.range_constexpr(num_k_blocks):
-                            cute.gemm(tiled_mma, acc_k, tCrA[(None, None, kb, read_state.index)],
-                                      tCrB[(None, None, kb, read_state.index)], acc_k)
-                            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                        cute.nvgpu.warpgroup.commit_group()
-                        nk = Int64(cutlass.min(kt + Int32(1), k_hi - Int32(1)))
-                        n0 = ptx.ld_f32_nc(xa0 + nk * xs_k)
-                        n1 = ptx.ld_f32_nc(xa1 + nk * xs_k)
-                        nw = ptx.ld_f32_nc(wa + nk * ws_k)
-                        cute.nvgpu.warpgroup.wait_group(0)
-                        ab_pipe.consumer_release(rel_state)
-                        rel_state.advance()
+                    self._mark(ws, cta, trace.MMA_FIRST_K, first)
+                    mm = (ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks)
+                    if cutlass.const_expr(not self.block_pairs):
+                        # one product set, two k-groups a trip
+                        for kp in range(n_k // Int32(2)):
+                            g = k_lo + Int32(2) * kp
+                            self._issue_group(mm, read_state, acc_k)
+                            read_state.advance()
+                            self._retire_group(ab_pipe, rel_state, 0)
+                            rel_state.advance()
+                            self._promote(acc, acc_k, a0 * aw, a1 * aw)
+                            a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
+                            self._issue_group(mm, read_state, acc_k)
+                            read_state.advance()
+                            self._retire_group(ab_pipe, rel_state, 0)
+                            rel_state.advance()
+                            self._promote(acc, acc_k, b0 * bw, b1 * bw)
+                            b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
+                    else:
+                        # two product sets: two k-groups issued at once, the first's adds run
+                        # under the second's wgmma (none is left in flight across the loop
+                        # edge: there ptxas would serialize every wgmma, C7514)
+                        for kp in range(n_k // Int32(2)):
+                            g = k_lo + Int32(2) * kp
+                            self._issue_group(mm, read_state, acc_k)
+                            read_state.advance()
+                            self._issue_group(mm, read_state, acc_k2)
+                            read_state.advance()
+                            self._retire_group(ab_pipe, rel_state, 1)
+                            rel_state.advance()
+                            self._promote(acc, acc_k, a0 * aw, a1 * aw)
+                            a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
+                            self._retire_group(ab_pipe, rel_state, 0)
+                            rel_state.advance()
+                            self._promote(acc, acc_k2, b0 * bw, b1 * bw)
+                            b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
+                    for _t in range(n_k % Int32(2)):  # an odd count's last k-group
+                        self._issue_group(mm, read_state, acc_k)
                         read_state.advance()
-                        self._promote(acc, acc_k, s0 * sw, s1 * sw)
-                        s0 = n0
-                        s1 = n1
-                        sw = nw
+                        self._retire_group(ab_pipe, rel_state, 0)
+                        rel_state.advance()
+                        self._promote(acc, acc_k, a0 * aw, a1 * aw)
                 else:
                     # the first k-block overwrites the accumulators: no zero-fill pass
                     tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
@@ -738,6 +782,34 @@ class Sm90FusedKernel(CommWarps):
             for j in cutlass.range_constexpr(8):
                 r, c = tCcC[8 * g + j]
                 acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[BM + c])
+
+    def _issue_group(self, mm, read_state, dst) -> None:
+        """One k-group's wgmmas into ``dst`` once its stage has landed (block-wise fp8),
+        committed as one group: the first overwrites the products, the rest add to them.
+        ``mm``: (pipeline, the two MMAs, A and B fragments, k-blocks a stage). Emitted at
+        trace time; the caller advances ``read_state``."""
+        ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks = mm
+        ab_pipe.consumer_wait(read_state)
+        cute.nvgpu.warpgroup.fence()
+        for kb in range(num_k_blocks):
+            cute.gemm(mma_z if kb == 0 else mma_a, dst, tCrA[(None, None, kb, read_state.index)],
+                      tCrB[(None, None, kb, read_state.index)], dst)
+        cute.nvgpu.warpgroup.commit_group()
+
+    def _retire_group(self, ab_pipe, rel_state, in_flight: int) -> None:
+        """Waits until at most ``in_flight`` wgmma groups are pending, then gives the oldest
+        k-group's stage back to the producer; the caller advances ``rel_state``."""
+        cute.nvgpu.warpgroup.wait_group(in_flight)
+        ab_pipe.consumer_release(rel_state)
+
+    def _group_scales(self, sc, g):
+        """Block-wise fp8: (x's scale of this thread's first row, of its second, w's block
+        scale) for k-group ``g``, three read-only loads. ``sc``: (x row 0 and row 1 and w
+        block addresses, byte strides per k-group of x and of w)."""
+        xa0, xa1, wa, xs_k, ws_k = sc
+        k = Int64(g)
+        return (ptx.ld_f32_nc(xa0 + k * xs_k), ptx.ld_f32_nc(xa1 + k * xs_k),
+                ptx.ld_f32_nc(wa + k * ws_k))
 
     def _promote(self, acc, part, p0, p1) -> None:
         """``acc[i] += part[i] * scale`` (block-wise fp8): a fragment's values run (row, c),
