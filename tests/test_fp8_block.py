@@ -190,10 +190,10 @@ def test_block_variant_ptx(ptx_of, v):
 
 @pytest.mark.parametrize("v", BLOCK_VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
 def test_block_variant_wgmmas_stay_async(ptx_of, v, tmp_path):
-    """ptxas keeps every wgmma asynchronous and spills nothing at world 2. A product set read while a
-    wgmma is in flight across a loop edge makes it serialize them all (C7514), and two sets
-    at the fused kernels' 200 registers spill in the mainloop; both were measured slower
-    than one set (docs/PERF.md (ae))."""
+    """ptxas keeps every wgmma asynchronous and spills nothing at world 2. A product set
+    read while a wgmma is in flight across a loop edge makes it serialize them all (C7514),
+    and two sets at the fused kernels' 200 registers spill in the mainloop; both measured
+    slower than one set (docs/PERF.md (ae))."""
     import shutil
     import subprocess
     ptxas = shutil.which("ptxas")
