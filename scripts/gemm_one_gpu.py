@@ -158,6 +158,26 @@ def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int,
     return run
 
 
+def check_columns(cols: dict, inputs: tuple, y: Any, ref: Any, err: Any,
+                  where: str) -> dict[str, float]:
+    """Relative error of each column against ``ref`` (float64) on ``inputs``, its output
+    ``y`` poisoned with NaN first: what a column returns, where it returns a tensor (torch's
+    block-wise anchor has no ``out=``), else ``y``. RuntimeError at the first column off by
+    1e-2 or more, or that raised the kernel's error flag ``err``."""
+    import torch
+    errors = {}
+    for name, fn in cols.items():
+        y.fill_(float("nan"))
+        got = fn(*inputs)
+        got = y if got is None else got
+        if y.is_cuda:
+            torch.cuda.synchronize()
+        errors[name] = ((got.double() - ref).norm() / ref.norm()).item()
+        if not errors[name] < 1e-2 or err[0].item():
+            raise RuntimeError(f"{name} at {where}: rel err {errors[name]:.2e}")
+    return errors
+
+
 def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
                  tries: int = 4) -> tuple[list[float], int]:
     """Microseconds of each of ``iters`` calls of ``fn``, queued behind a GPU sleep so that
@@ -282,15 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             ref = scaled_product(*sets[0])
         else:
             ref = sets[0][0].double() @ sets[0][1].double().t()
-        errors = {}
-        for name, fn in cols.items():
-            y.fill_(float("nan"))
-            got = fn(*sets[0])  # torch's block-wise anchor returns its result (no out=)
-            got = y if got is None else got
-            torch.cuda.synchronize()
-            errors[name] = ((got.double() - ref).norm() / ref.norm()).item()
-            if not errors[name] < 1e-2 or err[0].item():
-                raise RuntimeError(f"{name} at {M}x{N}x{K}: rel err {errors[name]:.2e}")
+        errors = check_columns(cols, sets[0], y, ref, err, f"{M}x{N}x{K}")
         times: dict[str, list[float]] = {k: [] for k in cols}
         retried = dict.fromkeys(cols, 0)
         for _ in range(a.blocks):

@@ -211,3 +211,34 @@ def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeyp
     assert len(calls) == 5 * blocks and calls[:5] == [1, 3, 1, 3, 1]
     # 10 us per call at 2 GHz, doubled for each block taken again
     assert fake.sleeps == [5 * 10 * 2000 * 2 ** i for i in range(blocks)]
+
+
+def test_each_column_is_checked_on_what_it_computed():
+    """A column that writes the shared output and one that returns its own result (torch's
+    block-wise anchor, which has no out=) are both checked, on fresh NaN-poisoned output;
+    a wrong column or a raised error flag stops the run, naming column and shape."""
+    import torch
+    check_columns = _module().check_columns
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(8, 16, generator=g), torch.randn(4, 16, generator=g)
+    ref = x.double() @ w.double().t()
+    y = torch.empty(8, 4)
+    err = torch.zeros(8, dtype=torch.int32)
+
+    def writes(a, b):
+        assert torch.isnan(y).all()  # poisoned before each column
+        y.copy_(a @ b.t())
+
+    def returns(a, b):
+        return a @ b.t()
+    errors = check_columns({"writes": writes, "mm": returns}, (x, w), y, ref, err, "8x4x16")
+    assert set(errors) == {"writes", "mm"} and max(errors.values()) < 1e-6
+    # a column that returns its result but leaves y alone is not read from y
+    assert check_columns({"mm": returns}, (x, w), y, ref, err, "8x4x16")["mm"] < 1e-6
+    with pytest.raises(RuntimeError, match="wrong at 8x4x16"):
+        check_columns({"wrong": lambda a, b: -(a @ b.t())}, (x, w), y, ref, err, "8x4x16")
+    with pytest.raises(RuntimeError, match="leaves y at 8x4x16: rel err nan"):
+        check_columns({"leaves y": lambda a, b: None}, (x, w), y, ref, err, "8x4x16")
+    err[0] = 3
+    with pytest.raises(RuntimeError, match="writes at 8x4x16"):
+        check_columns({"writes": writes}, (x, w), y, ref, err, "8x4x16")
