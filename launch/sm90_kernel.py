@@ -651,7 +651,9 @@ class Sm90FusedKernel(CommWarps):
                     self._mark(ws, cta, trace.MMA_FIRST_K, first)
                     mm = (ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks)
                     if cutlass.const_expr(not self.block_pairs):
-                        # one product set, two k-groups a trip
+                        # one product set, two k-groups a trip, written out: each reads and
+                        # reloads its own scale registers (state advances stay in the loop body,
+                        # where the DSL carries them)
                         for kp in range(n_k // Int32(2)):
                             g = k_lo + Int32(2) * kp
                             self._issue_group(mm, read_state, acc_k)
