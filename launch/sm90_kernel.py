@@ -648,6 +648,9 @@ class Sm90FusedKernel(CommWarps):
                     a0, a1, aw = self._group_scales(sc, k_lo)
                     b0, b1, bw = self._group_scales(sc, cutlass.min(k_lo + Int32(1), last))
                     acc.fill(0.0)
+                    if cutlass.const_expr(self.trace):
+                        # the event is the first stage's arrival (waited for again at issue)
+                        ab_pipe.consumer_wait(read_state)
                     self._mark(ws, cta, trace.MMA_FIRST_K, first)
                     mm = (ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks)
                     if cutlass.const_expr(not self.block_pairs):
