@@ -244,6 +244,33 @@ def test_block_gemm_only_against_float64_and_torch(comm, M, N, K):
     assert rel_error(y, anchor.double()) < 4e-3
 
 
+@pytest.mark.parametrize("M,N,K,forced", [
+    (129, 7168, 1152, dict(force_bn=64)),
+    (2048, 7168, 2176, dict(force_bn=64)),
+    (129, 7168, 1152, dict(force_cta_group=1)),
+    (2048, 7168, 2176, dict(force_cta_group=2)),
+    (1000, 2880, 4224, dict(force_cta_group=2)),
+    (2048, 7168, 2176, dict(force_cta_group=2, force_pair_n=True)),
+    (1000, 2880, 4480, dict(force_cta_group=1, force_sk=True)),
+    (640, 7168, 4480, dict(force_cta_group=1, force_sk=True))],
+    ids=["bn64-9", "bn64-17", "c1-9", "c2-17", "c2-33", "pn-17", "sk-35", "sk8-35"])
+def test_block_gemm_only_forced_plans(comm, M, N, K, forced):
+    """The GEMM alone's two product sets (two k-groups a trip, an odd count's last alone:
+    the ids name the k-group count) on forced plans: 64-wide tiles, 1-CTA tiles, 2x1
+    clusters sharing w's or x's tile, and the split-K tail (each piece of a tile's k-groups
+    promoted on its own, then summed), against the float64 product."""
+    op = _op(comm, N, False, max_M=2048)
+    x, w, sx, sw = rank_fp8_inputs(M + N + K + len(forced), op.rank, M, N, K, _dev(),
+                                   block=True)
+    with knobs(op, **forced):
+        # the split-K cases do cut tiles (the tail's pieces over idle SMs)
+        assert bool(op.plan(M, K, "gemm", block=True).sk) == bool(forced.get("force_sk"))
+        y = op.gemm_only(x, w, sx, sw)
+    torch.cuda.synchronize()
+    assert y.shape == (M, N) and not torch.isnan(y).any()
+    assert rel_error(y, scaled_product(x, w, sx, sw)) < 4e-3
+
+
 @pytest.mark.parametrize("mode", ["rs", "ar", "gemm"])
 def test_block_scale_layouts_give_one_result_bitwise(comm, mode):
     """x's scales row-major or M-major (stride (1, M), or (1, S) with S > M and NaN between),
