@@ -21,7 +21,7 @@ ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 # sm90 tuning knobs a Variant may set (0: the kernel's default), see Sm90FusedKernel
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales")
+          "tma_store", "trace", "block_scales", "pingpong")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Variant:
     tma_store: int = 0  # 1: the plain GEMM stores its output by TMA (Sm90FusedKernel)
     trace: int = 0  # 1: record event times (launch.trace)
     block_scales: int = 0  # 1: fp8 block-wise scales, promoted per k-group (Sm90FusedKernel)
+    pingpong: int = 0  # 1: whole tiles per MMA warp group, by turns (Sm90FusedKernel)
     dtype: str = "bf16"  # the output (and x, w): "bf16" or "f16" (launch.comm_warps.DTYPES)
     in_dtype: str = ""  # "e4m3": fp8 x and w, scaled (launch.comm_warps.IN_DTYPES); "": dtype
 

@@ -49,6 +49,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import BK_BYTES, CommWarps
+from .pingpong import PingPongMma, pingpong_refusal
 from .plan import BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32
@@ -72,7 +73,7 @@ def _tma_op(multicast: int) -> Any:
     return cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
-class Sm90FusedKernel(CommWarps):
+class Sm90FusedKernel(CommWarps, PingPongMma):
     """One compiled variant: (BN, world, mode, transport, cta_group). Everything else is a
     launch argument."""
 
@@ -83,7 +84,7 @@ class Sm90FusedKernel(CommWarps):
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
                  trace: int = 0, dtype: str = "bf16", in_dtype: str = "",
-                 block_scales: int = 0) -> None:
+                 block_scales: int = 0, pingpong: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -135,7 +136,11 @@ class Sm90FusedKernel(CommWarps):
         ``block_scales`` (fp8, BN 64 or 128): DeepSeek-style block-wise scales, x's one per
         row and 128-element k-group, w's one per 128 x 128 block: each k-block's products
         are accumulated apart and added to the tile's fp32 sums times their two scales
-        (``_mma_role``), so nothing is left for the epilogue to scale."""
+        (``_mma_role``), so nothing is left for the epilogue to scale.
+        ``pingpong``: each MMA warp group computes whole tiles, the two taking the rounds by
+        turns, so one's epilogue runs under the other's mainloop (``launch.pingpong``); a
+        thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
+        (its first warp group needs few registers), BN <= 128 beside communication warps."""
         self._use_dtype(dtype, in_dtype)
         self.block_scales = bool(block_scales)
         if self.block_scales and (not self.scaled or bn not in (64, 128)):
@@ -179,6 +184,12 @@ class Sm90FusedKernel(CommWarps):
         if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
             raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")
+        self.pingpong = bool(pingpong)
+        if self.pingpong:
+            why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
+                                   bool(trace), bool(push_ctas))
+            if why:
+                raise ValueError(why)
         self.pair_n = bool(pair_n)
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
@@ -214,8 +225,10 @@ class Sm90FusedKernel(CommWarps):
         # k-groups' products (``_mma_role``); the fused kernels' communication threads need
         # their 104 (at 72 / 216 both sides spill).
         self.block_pairs = self.block_scales and mode == "gemm" and self.tma_store
-        if self.block_pairs:
+        if self.block_pairs or (self.pingpong and mode == "gemm" and self.tma_store):
             self.producer_regs, self.mma_regs = 40, 232
+        # threads that consume each mainloop stage and fill each ring slot
+        self.stage_threads = 128 if self.pingpong else self.num_mma_threads
         self.num_sub = bn // EPI_N
         # The ring holds a whole tile, so the MMA warps hand a tile over and start the next
         # one while the communication warps still push it: with a 2-slot ring (BN=256, one
@@ -395,7 +408,7 @@ class Sm90FusedKernel(CommWarps):
             num_stages=self.ab_stage,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_mma_wg * 4 * self.cta_group),
+                pipeline.Agent.Thread, self.stage_threads // 32 * self.cta_group),
             tx_count=(cute.size_in_bytes(self.ab_elem, a_stage)
                       + cute.size_in_bytes(self.ab_elem, b_stage)),
             cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
@@ -404,7 +417,7 @@ class Sm90FusedKernel(CommWarps):
         epi_pipe = pipeline.PipelineAsync.create(
             barrier_storage=storage.epi_mbar.data_ptr(),
             num_stages=self.epi_slots,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads),
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.stage_threads),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, 32 if self.tma_store else _COMM_THREADS),
             defer_sync=True,
@@ -503,6 +516,10 @@ class Sm90FusedKernel(CommWarps):
                                     arrive_off, recv_off, region_bytes, out_off)
                 else:
                     self._mma_role(*mma_args)
+            elif cutlass.const_expr(self.pingpong):
+                self._pingpong_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n,
+                                    k_tiles, rank, local_M, chunk, rounds, lag, tiled_mma, sA,
+                                    sB, sC, ab_pipe, epi_pipe)
             else:
                 self._mma_role(*mma_args)
 

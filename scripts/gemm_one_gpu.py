@@ -17,7 +17,8 @@ sharing w's tile), ``bnW`` (tile width W), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
-tensor stores / by the communication threads), joined with ``+`` (``c1+bn256+stages4``,
+tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
+tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), joined with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
@@ -67,13 +68,15 @@ def column_knobs(name: str) -> dict:
             knobs["sk"] = True
         elif part == "pn":
             knobs["pair_n"] = True
+        elif part == "pp":
+            knobs["pingpong"] = 1
         elif part in ("ts", "ts0"):
             knobs["tma_store"] = int(part == "ts")
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, pn, bandB, ts, ts0, joined with +)")
+                             f"stagesN, sk, pn, bandB, ts, ts0, pp, joined with +)")
     return knobs
 
 
@@ -94,7 +97,7 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     from launch.plan import make_plan, plan_depth
     knobs = column_knobs(name)
     # variant knobs; the rest are make_plan's
-    forced = {k: knobs.pop(k) for k in ("stages", "tma_store") if k in knobs}
+    forced = {k: knobs.pop(k) for k in ("stages", "tma_store", "pingpong") if k in knobs}
     in_dtype = dtype if dtype in IN_DTYPES else ""
     if block:
         from rsar_core.gemm_rsar import BLOCK_BN
@@ -110,11 +113,9 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     # as the op launches it, whatever the column forces
     v = replace(default_variant("sm_90a", 2, "unicast", plan, "bf16" if in_dtype else dtype,
                                 in_dtype), **forced)
-    if v.stages:
-        from launch.sm90_kernel import Sm90FusedKernel
-        Sm90FusedKernel(plan.bn, 2, "gemm", "unicast", plan.cta_group, push=v.push,
-                        stages=v.stages, **({"in_dtype": v.in_dtype, "block_scales": 1}
-                                            if v.block_scales else {}))
+    if v.stages or v.pingpong:  # the kernel refuses what it cannot run (ValueError)
+        from launch.cache import kernel_for
+        kernel_for(v)
     return plan, v
 
 

@@ -1,0 +1,186 @@
+"""Ping-pong MMA warp groups for the sm90 kernel (``Sm90FusedKernel(..., pingpong=1)``).
+
+The cooperative kernel splits each 128 x BN tile between its two MMA warp groups (64 rows
+each), so both reach the epilogue together and the tensor pipes idle while they convert,
+store and hand the tile over: +11% a tile at K=1024, +4% at K=4096 on the GEMM alone
+(docs/PERF.md (v)). Here each warp group computes whole tiles, the two taking a CTA's
+rounds by turns (even rounds the first group, odd the second), so one group's epilogue runs
+under the other's mainloop.
+
+- A group issues both 64-row halves of its tile: the cooperative tiled MMA's slices of
+  threads t and t + 128 (the same wgmma shape and fragment layout, the second half's smem
+  64 rows on), so a thread holds BN fp32 accumulators instead of BN / 2.
+- The mainloop stages stay one sequence in the producer's round order: a group waits for
+  and releases only its own tiles' stages, and steps over the other group's.
+- The sub-tile ring is filled in round order, as the store and communication warps read
+  it: a group starts an epilogue once the other group has taken its slots for the round
+  before (two named barriers, passed on every round, whether or not it had a tile).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+
+from .plan import BM
+
+Int32 = cutlass.Int32
+Float32 = cutlass.Float32
+
+_GROUP = 128  # threads of a warp group
+# named barriers 5 / 6: "warp group 0 / 1 may start its epilogue" (2-4: the kernel's own)
+_TURN_BAR = (5, 6)
+# A thread holds the tile's BN fp32 accumulators and the epilogue's ~40 more registers: the
+# GEMM alone with the TMA store gives its MMA threads 232 (its first warp group only issues
+# copies), a fused kernel 200 (its communication threads keep 104).
+WIDEST = {"alone": 192, "fused": 128}
+
+
+def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool,
+                     trace: bool, push_ctas: bool) -> str | None:
+    """Why a kernel of these knobs cannot run ping-pong warp groups, or None if it can."""
+    alone = mode == "gemm" and tma_store
+    widest = WIDEST["alone" if alone else "fused"]
+    if bn > widest:
+        where = "the GEMM alone with the TMA store" if alone else "beside communication warps"
+        return (f"ping-pong warp groups hold a whole tile's accumulators per thread: tiles at "
+                f"most {widest} wide ({where}), not {bn}")
+    if scaled or sk or trace or push_ctas:
+        return ("ping-pong warp groups run bf16 / fp16 operands without the split-K tail, "
+                "traces or push CTAs")
+    return None
+
+
+class PingPongMma:
+    """Mixin of ``Sm90FusedKernel``: ``_pingpong_role``. Reads the kernel's ``bn, elem,
+    num_sub, epi_slots, tma_push`` and its schedule methods."""
+
+    def _turn_bars(self) -> tuple:
+        return tuple(pipeline.NamedBarrier(barrier_id=b, num_threads=2 * _GROUP)
+                     for b in _TURN_BAR)
+
+    @cute.jit
+    def _pingpong_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
+                       local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC,
+                       ab_pipe, epi_pipe):
+        # uniform across the warp group: ptxas serializes wgmmas behind branches it cannot
+        # prove uniform (C7520)
+        grp = cute.arch.make_warp_uniform(mtid // Int32(_GROUP))
+        wt = mtid - grp * Int32(_GROUP)
+        thr_lo = tiled_mma.get_slice(wt)
+        thr_hi = tiled_mma.get_slice(wt + Int32(_GROUP))
+        tCrA_lo = tiled_mma.make_fragment_A(thr_lo.partition_A(sA))
+        tCrA_hi = tiled_mma.make_fragment_A(thr_hi.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_lo.partition_B(sB))
+        tCcC = thr_lo.partition_C(cute.make_identity_tensor((BM, self.bn)))
+        acc_lo = cute.make_rmem_tensor(tCcC.shape, Float32)
+        acc_hi = cute.make_rmem_tensor(tCcC.shape, Float32)
+        num_k_blocks = cute.size(tCrA_lo, mode=[2])
+
+        r2s_atom = sm90_utils.sm90_get_smem_store_op(
+            cutlass.tensor_utils.LayoutEnum.ROW_MAJOR, elem_ty_d=self.elem, elem_ty_acc=Float32)
+        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.elem)
+        tiled_r2s = cute.make_tiled_copy_S(r2s_atom,
+                                           cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
+        r2s_lo = tiled_r2s.get_slice(wt)
+        r2s_hi = tiled_r2s.get_slice(wt + Int32(_GROUP))
+        tRS_sC_lo = r2s_lo.partition_D(sC)
+        tRS_sC_hi = r2s_hi.partition_D(sC)
+        tRS_rAcc_lo = tiled_r2s.retile(acc_lo)
+        tRS_rAcc_hi = tiled_r2s.retile(acc_hi)
+        rD_shape = cute.shape(r2s_lo.partition_S(sC))
+        tRS_rD = cute.make_rmem_tensor(rD_shape[:3], Float32)
+        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.elem)
+        size_rD = cute.size(tRS_rD)
+
+        turn = self._turn_bars()
+        # the first wgmma of a tile overwrites its accumulators: two MMAs fixed once, so no
+        # loop body changes an MMA's state
+        mma_z = self._make_mma()
+        mma_z.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        mma_a = self._make_mma()
+        mma_a.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        frags = (tCrA_lo, tCrA_hi, tCrB, acc_lo, acc_hi, num_k_blocks)
+        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+        # the ring position of the group's next sub-tile: the other group's tiles fill the
+        # slots in between
+        epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
+        for rnd in range(rounds):
+            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                     local_M, k_tiles)
+            mine = (rnd - (rnd // Int32(2)) * Int32(2)) == grp
+            _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m, tiles_n)
+            real = real & (u >= Int32(0))
+            if mine:
+                if u >= Int32(0):
+                    cute.nvgpu.warpgroup.fence()
+                    ab_pipe.consumer_wait(read_state)
+                    self._pp_stage(mma_z, mma_a, frags, read_state.index)
+                    read_state.advance()
+                    for _k in range(1, k_tiles):
+                        ab_pipe.consumer_wait(read_state)
+                        self._pp_stage(mma_a, mma_a, frags, read_state.index)
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        ab_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        read_state.advance()
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    ab_pipe.consumer_release(rel_state)
+                    rel_state.advance()
+                if rnd > Int32(0):
+                    self._turn_wait(turn, grp)
+                if real:
+                    for e in cutlass.range_constexpr(self.num_sub):
+                        epi_pipe.producer_acquire(epi_state)
+                        for v in cutlass.range_constexpr(size_rD):
+                            tRS_rD[v] = tRS_rAcc_lo[e * size_rD + v]
+                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
+                        cute.copy(tiled_r2s, tRS_rD_out,
+                                  tRS_sC_lo[(None, None, None, epi_state.index)])
+                        for v in cutlass.range_constexpr(size_rD):
+                            tRS_rD[v] = tRS_rAcc_hi[e * size_rD + v]
+                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
+                        cute.copy(tiled_r2s, tRS_rD_out,
+                                  tRS_sC_hi[(None, None, None, epi_state.index)])
+                        if cutlass.const_expr(self.tma_push):
+                            # the slot is read by bulk copies (async proxy)
+                            cute.arch.fence_proxy("async.shared", space="cta")
+                        epi_pipe.producer_commit(epi_state)
+                        epi_state.advance()
+                if rnd + Int32(1) < rounds:
+                    self._turn_pass(turn, grp)
+            elif u >= Int32(0):
+                read_state.advance(k_tiles)
+                rel_state.advance(k_tiles)
+                if real:
+                    epi_state.advance(Int32(self.num_sub))
+
+    @cute.jit
+    def _turn_wait(self, turn, grp):
+        """Waits until the other group has taken its ring slots for the round before."""
+        if grp == Int32(0):
+            turn[0].arrive_and_wait()
+        else:
+            turn[1].arrive_and_wait()
+
+    @cute.jit
+    def _turn_pass(self, turn, grp):
+        """Lets the other group start its epilogue of the next round."""
+        if grp == Int32(0):
+            turn[1].arrive()
+        else:
+            turn[0].arrive()
+
+    def _pp_stage(self, mma_first, mma_rest, frags, stage) -> None:
+        """One stage's wgmmas on both halves of the tile, committed as one group:
+        ``mma_first`` issues each half's first k-block (the tile's first stage: one that
+        overwrites the accumulators). Emitted at trace time."""
+        tCrA_lo, tCrA_hi, tCrB, acc_lo, acc_hi, num_k_blocks = frags
+        for kb in range(num_k_blocks):
+            mma = mma_first if kb == 0 else mma_rest
+            b = tCrB[(None, None, kb, stage)]
+            cute.gemm(mma, acc_lo, tCrA_lo[(None, None, kb, stage)], b, acc_lo)
+            cute.gemm(mma, acc_hi, tCrA_hi[(None, None, kb, stage)], b, acc_hi)
+        cute.nvgpu.warpgroup.commit_group()

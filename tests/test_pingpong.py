@@ -1,0 +1,91 @@
+"""Ping-pong MMA warp groups (``launch.pingpong``): each variant compiles for sm_90a with
+every wgmma asynchronous and nothing spilled, each warp group issuing both 64-row halves of
+its tiles and handing the epilogue over by named barriers; what cannot fit is refused."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from launch.cache import Variant  # noqa: E402
+from launch.pingpong import WIDEST, pingpong_refusal  # noqa: E402
+
+PP_VARIANTS = [
+    # the GEMM alone with the TMA store: up to 192 wide (232 registers an MMA thread)
+    Variant("sm_90a", 192, 2, "gemm", "unicast", 2, push="tma", pdl=1, tma_store=1, pingpong=1),
+    Variant("sm_90a", 160, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, pingpong=1),
+    Variant("sm_90a", 192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1,
+            dtype="f16"),
+    # beside the communication warps: 128 wide
+    Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1, pingpong=1),
+    Variant("sm_90a", 128, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
+            pingpong=1),
+]
+
+
+def _ptxas(ptx: str, tmp_path) -> str:
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas here")
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stderr
+
+
+@pytest.mark.parametrize("v", PP_VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
+def test_pingpong_variant_ptx(ptx_of, v, tmp_path):
+    ptx = ptx_of(v)
+    # both halves of a tile from one warp group: twice the cooperative kernel's wgmmas
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", ptx)
+    assert set(mmas) == {str(v.bn)} and len(mmas) == 32
+    # the epilogue's turn passes between the groups on barriers 5 and 6
+    for b in (5, 6):
+        assert re.search(rf"bar\.sync\s+{b}, 256;", ptx) and f"bar.arrive {b}, 256;" in ptx
+    log = _ptxas(ptx, tmp_path)
+    # no wgmma serialized (a branch ptxas cannot prove uniform: C7520), none spilled
+    for code in ("C7514", "C7517", "C7520"):
+        assert code not in log, log[-2000:]
+    assert " 0 bytes spill stores" in log, log[-2000:]
+
+
+def test_pingpong_register_split():
+    """The GEMM alone with the TMA store gives the MMA threads 232 registers (its first warp
+    group only issues copies); fused kernels keep 104 / 200. One warp group consumes each
+    mainloop stage and fills each ring slot."""
+    from launch.sm90_kernel import Sm90FusedKernel
+    alone = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1)
+    assert (alone.producer_regs, alone.mma_regs, alone.stage_threads) == (40, 232, 128)
+    assert 128 * alone.producer_regs + 256 * alone.mma_regs <= 65536
+    fused = Sm90FusedKernel(128, 2, "rs", "unicast", push="tma", pingpong=1)
+    assert (fused.producer_regs, fused.mma_regs, fused.stage_threads) == (104, 200, 128)
+    coop = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1)
+    assert (coop.producer_regs, coop.mma_regs, coop.stage_threads) == (104, 200, 256)
+
+
+@pytest.mark.parametrize("kw,why", [
+    ({"bn": 224, "mode": "gemm", "tma_store": 1}, "at most 192"),
+    ({"bn": 192, "mode": "gemm", "tma_store": 0}, "at most 128"),
+    ({"bn": 160, "mode": "rs"}, "beside communication warps"),
+    ({"bn": 128, "mode": "gemm", "tma_store": 1, "in_dtype": "e4m3"}, "bf16 / fp16"),
+    ({"bn": 128, "mode": "gemm", "tma_store": 1, "sk": 1}, "split-K"),
+    ({"bn": 128, "mode": "gemm", "tma_store": 1, "trace": 1}, "traces"),
+])
+def test_pingpong_refuses_what_cannot_fit(kw, why):
+    from launch.sm90_kernel import Sm90FusedKernel
+    bn, mode = kw.pop("bn"), kw.pop("mode")
+    with pytest.raises(ValueError, match=why):
+        Sm90FusedKernel(bn, 2, mode, "unicast", push="tma", pingpong=1, **kw)
+
+
+def test_pingpong_refusal_names_each_limit():
+    assert pingpong_refusal(WIDEST["alone"], "gemm", True, False, False, False, False) is None
+    assert pingpong_refusal(WIDEST["fused"], "ar", False, False, False, False, False) is None
+    assert pingpong_refusal(WIDEST["fused"], "rs", False, False, False, False, True)
+    assert pingpong_refusal(WIDEST["alone"] + 32, "gemm", True, False, False, False, False)
