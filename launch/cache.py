@@ -68,6 +68,27 @@ class Variant:
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
+# A thread holds the tile's BN fp32 accumulators and the epilogue's ~40 more registers: the
+# GEMM alone with the TMA store gives its MMA threads 232 (its first warp group only issues
+# copies), a fused kernel 200 (its communication threads keep 104).
+PINGPONG_WIDEST = {"alone": 192, "fused": 128}
+
+
+def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool,
+                     trace: bool, push_ctas: bool) -> str | None:
+    """Why a kernel of these knobs cannot run ping-pong warp groups, or None if it can."""
+    alone = mode == "gemm" and tma_store
+    widest = PINGPONG_WIDEST["alone" if alone else "fused"]
+    if bn > widest:
+        where = "the GEMM alone with the TMA store" if alone else "beside communication warps"
+        return (f"ping-pong warp groups hold a whole tile's accumulators per thread: tiles at "
+                f"most {widest} wide ({where}), not {bn}")
+    if scaled or sk or trace or push_ctas:
+        return ("ping-pong warp groups run bf16 / fp16 operands without the split-K tail, "
+                "traces or push CTAs")
+    return None
+
+
 def default_push(arch: str, transport: str, mode: str = "rs") -> str:
     """How partials reach peers by default: bulk copies on sm90 unicast (measured 8-13%
     faster RS than thread stores on 2x H200), and for AR its reduced tiles too (1-2% at

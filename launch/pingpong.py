@@ -31,26 +31,6 @@ Float32 = cutlass.Float32
 _GROUP = 128  # threads of a warp group
 # named barriers 5 / 6: "warp group 0 / 1 may start its epilogue" (2-4: the kernel's own)
 _TURN_BAR = (5, 6)
-# A thread holds the tile's BN fp32 accumulators and the epilogue's ~40 more registers: the
-# GEMM alone with the TMA store gives its MMA threads 232 (its first warp group only issues
-# copies), a fused kernel 200 (its communication threads keep 104).
-WIDEST = {"alone": 192, "fused": 128}
-
-
-def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool,
-                     trace: bool, push_ctas: bool) -> str | None:
-    """Why a kernel of these knobs cannot run ping-pong warp groups, or None if it can."""
-    alone = mode == "gemm" and tma_store
-    widest = WIDEST["alone" if alone else "fused"]
-    if bn > widest:
-        where = "the GEMM alone with the TMA store" if alone else "beside communication warps"
-        return (f"ping-pong warp groups hold a whole tile's accumulators per thread: tiles at "
-                f"most {widest} wide ({where}), not {bn}")
-    if scaled or sk or trace or push_ctas:
-        return ("ping-pong warp groups run bf16 / fp16 operands without the split-K tail, "
-                "traces or push CTAs")
-    return None
-
 
 class PingPongMma:
     """Mixin of ``Sm90FusedKernel``: ``_pingpong_role``. Reads the kernel's ``bn, elem,

@@ -49,7 +49,8 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 from . import layout, protocol, ptx, trace
 from .comm_warps import COMM_THREADS as _COMM_THREADS
 from .comm_warps import BK_BYTES, CommWarps
-from .pingpong import PingPongMma, pingpong_refusal
+from .cache import pingpong_refusal
+from .pingpong import PingPongMma
 from .plan import BM, EPI_N, TILE_NS
 
 Int32 = cutlass.Int32

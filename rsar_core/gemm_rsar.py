@@ -11,7 +11,7 @@ import torch
 
 from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
                           default_prefetch, default_push, default_push_window, default_stages,
-                          default_tma_store, default_variant, push_for)
+                          default_tma_store, default_variant, pingpong_refusal, push_for)
 from launch.plan import BLACKWELL, TilePlan, make_plan, plan_depth, push_plan
 from launch import protocol
 from multicast.bootstrap import make_bootstrap
@@ -261,6 +261,10 @@ class GemmRsAr:
         # stores, not 16-B thread stores (``Sm90FusedKernel`` ``tma_store``); None:
         # ``launch.cache.default_tma_store``
         self.force_tma_store: bool | None = None
+        # sm90 (an experiment): ping-pong MMA warp groups, whole tiles each by turns
+        # (``launch.pingpong``): tiles up to 192 wide on the GEMM alone, 128 on the fused
+        # op (``force_bn``), bf16 / fp16, no split-K tail; None / False: cooperative
+        self.force_pingpong: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)
         self.trace = False
 
@@ -297,7 +301,8 @@ class GemmRsAr:
                          pair_n=self.force_pair_n,
                          push_all=self._push_all(mode or self.mode),
                          flat=self.force_flat if self.arch == "sm_90a" else False,
-                         sk=self.force_sk if self.arch == "sm_90a" else False,
+                         sk=(self.force_sk if self.arch == "sm_90a" and not self.force_pingpong
+                             else False),
                          split_row=self.force_split_row if self.arch == "sm_90a" else False)
 
     def _push_all(self, mode: str) -> bool | None:
@@ -425,7 +430,7 @@ class GemmRsAr:
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
                self.force_split_row, self.force_push_ctas, self.force_lean_exit,
-               self.force_tma_store, block)
+               self.force_tma_store, self.force_pingpong, block)
         hit = self._plans.get(key)
         if hit is None:
             if len(self._plans) > 4096:
@@ -433,6 +438,8 @@ class GemmRsAr:
             plan = self.plan(M, K, mode, band=band, block=block)
             compiled_before = CACHE.compile_count
             # the plan's structure as default_variant reads it, then every knob this op forces
+            tma_store = self._tma_store(plan, push)
+            pingpong = self._pingpong(plan, tma_store, trace)
             v = replace(default_variant(self.arch, self.world, self.transport, plan,
                                         DTYPES[self.dtype], self._in_name),
                         epi_slots=epi_slots, push=push,
@@ -440,8 +447,8 @@ class GemmRsAr:
                         prefetch=prefetch, early_copy=self._early_copy(plan),
                         push_window=self._push_window(plan, push),
                         lean_exit=self._lean_exit(mode),
-                        tma_store=self._tma_store(plan, push), trace=trace,
-                        block_scales=int(block))
+                        tma_store=tma_store, trace=trace,
+                        block_scales=int(block), pingpong=pingpong)
             fn = CACHE.get(v)
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
@@ -466,6 +473,20 @@ class GemmRsAr:
             return default_tma_store(self.arch or "", push, plan.mode)
         return int(bool(self.force_tma_store) and plan.mode == "gemm" and push == "tma"
                    and self.arch == "sm_90a")
+
+    def _pingpong(self, plan: TilePlan, tma_store: int, trace: int) -> int:
+        """1 where ``force_pingpong`` asks for ping-pong warp groups; RsarValueError (before
+        any launch) where the plan cannot run them."""
+        if not self.force_pingpong:
+            return 0
+        if self.arch != "sm_90a":
+            raise RsarValueError(f"ping-pong warp groups are an sm90 kernel's, not {self.arch}'s")
+        why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(self._in_name),
+                               plan.sk, bool(trace), bool(self.force_push_ctas))
+        if why:
+            raise RsarValueError(f"force_pingpong: {why} (the plan of M={plan.M}; force_bn "
+                                 f"picks the width)")
+        return 1
 
     def _push_window(self, plan: TilePlan, push: str) -> int:
         """``launch.cache.default_push_window``, unless forced."""

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("cutlass")
 
 from launch.cache import Variant  # noqa: E402
-from launch.pingpong import WIDEST, pingpong_refusal  # noqa: E402
+from launch.cache import PINGPONG_WIDEST as WIDEST, pingpong_refusal  # noqa: E402
 
 PP_VARIANTS = [
     # the GEMM alone with the TMA store: up to 192 wide (232 registers an MMA thread)

@@ -1,0 +1,76 @@
+"""Ping-pong MMA warp groups (``force_pingpong``, ``launch.pingpong``): whole tiles per warp
+group, taken by turns. The same wgmmas in the same order as the cooperative kernel's at the
+same width, so every result must equal the cooperative one bit for bit, besides matching
+the float64 reference.
+
+mpirun -n 2 python -m pytest -q tests/gpu/test_pingpong_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_ops import get_op
+from rsar_core.errors import RsarValueError
+from rsar_core.reference import rank_inputs, rel_error
+from test_fused_gpu import TOL, check, knobs
+
+
+def _dev() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.mark.parametrize("N", [7168, 8192, 2880])
+@pytest.mark.parametrize("bn,cta_group", [(192, 1), (192, 2), (160, 1), (160, 2), (128, 1),
+                                          (128, 2)])
+@pytest.mark.parametrize("M,K", [(1, 64), (129, 1024), (640, 4096), (1000, 1024),
+                                 (2048, 9216), (4100, 1024)])
+def test_gemm_only_pingpong(comm, M, N, K, bn, cta_group):
+    """The GEMM alone: rounds of one tile (a lane with one tile leaves the second group
+    idle), odd and even round counts, a partial last tile row and column."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 3 + K + N + bn, op.rank, M, op.N, K, _dev())
+    bait = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=_dev())
+    del bait
+    force = {"force_bn": bn, "force_cta_group": cta_group}
+    with knobs(op, force_pingpong=True, **force):
+        y = op.gemm_only(x, w)
+    with knobs(op, **force):
+        y0 = op.gemm_only(x, w)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any()
+    assert rel_error(y, x.double() @ w.double().t()) < TOL
+    assert torch.equal(y, y0)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+@pytest.mark.parametrize("force", [{}, {"force_cta_group": 2}, {"force_peers_first": True},
+                                   {"force_peers_first": True, "force_flat": True}],
+                         ids=["c1", "c2", "pf", "flat"])
+@pytest.mark.parametrize("M,K", [(1, 64), (300, 1024), (1000, 4096), (2048, 1024)])
+def test_fused_pingpong(comm, M, K, force, ar):
+    """The fused op on 128-wide tiles: against the float64 sum, then bitwise against the
+    cooperative kernel on the same plan."""
+    op = get_op(comm, 7168, ar)
+    force = {"force_bn": 128, "force_cta_group": 1, **force}
+    with knobs(op, force_pingpong=True, **force):
+        check(op, seed=M + K + int(ar), M=M, K=K)
+        x, w = rank_inputs(M * 5 + K, op.rank, M, op.N, K, _dev())
+        y = op(x, w)
+    with knobs(op, **force):
+        y0 = op(x, w)
+    torch.cuda.synchronize()
+    assert torch.equal(y, y0)
+
+
+def test_pingpong_refuses_wide_tiles_before_launch(comm):
+    """A plan too wide for whole tiles per warp group is refused before anything launches,
+    and the op's next call runs."""
+    op = get_op(comm, 7168, False)
+    x, w = rank_inputs(11, op.rank, 4096, op.N, 1024, _dev())
+    with knobs(op, force_pingpong=True, force_bn=256):
+        with pytest.raises(RsarValueError, match="at most 192"):
+            op.gemm_only(x, w)
+        with pytest.raises(RsarValueError, match="at most 128"):
+            op(x, w)
+    check(op, seed=12, M=4096, K=1024)
