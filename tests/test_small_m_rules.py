@@ -352,3 +352,32 @@ def test_lean_exit_knob(variants):
     sm100.force_lean_exit = True
     sm100._plan_and_kernel(1024, 1024, "ar")
     assert variants[-1].lean_exit == 0
+
+
+def test_pingpong_knob(variants):
+    """``force_pingpong``: off unless forced; forced, it reaches the variant where the plan's
+    width fits (192 on the GEMM alone, 128 fused), turns the split-K tail off in the plan,
+    and is refused before any launch elsewhere, the op still usable after."""
+    from rsar_core.errors import RsarValueError
+    op = _op("rs")
+    op._plan_and_kernel(4096, 1024, "gemm")
+    assert variants[-1].pingpong == 0
+    op.force_pingpong, op.force_bn = True, 192
+    for M in (300, 4096):
+        plan, _ = op._plan_and_kernel(M, 9216, "gemm")
+        assert variants[-1].pingpong == 1 and variants[-1].bn == 192 and not plan.sk
+    with pytest.raises(RsarValueError, match="at most 128"):
+        op._plan_and_kernel(4096, 1024, "rs")
+    op.force_bn = 128
+    op._plan_and_kernel(4096, 1024, "rs")
+    assert variants[-1].pingpong == 1
+    op.force_bn = 256
+    with pytest.raises(RsarValueError, match="at most 192"):
+        op._plan_and_kernel(4096, 1024, "gemm")
+    op.force_pingpong = None
+    op._plan_and_kernel(4096, 1024, "gemm")
+    assert variants[-1].pingpong == 0
+    sm100 = _op("ar", arch="sm_100a")
+    sm100.force_pingpong = True
+    with pytest.raises(RsarValueError, match="sm90"):
+        sm100._plan_and_kernel(1024, 1024, "ar")
