@@ -11,10 +11,15 @@ under the other's mainloop.
   threads t and t + 128 (the same wgmma shape and fragment layout, the second half's smem
   64 rows on), so a thread holds BN fp32 accumulators instead of BN / 2.
 - The mainloop stages stay one sequence in the producer's round order: a group waits for
-  and releases only its own tiles' stages, and steps over the other group's.
+  and releases only its own tiles' stages, and steps over the other group's. It starts
+  waiting only once the other group has waited for its last stage of the round before: an
+  mbarrier's parity wait cannot tell phase n from n + 2, so a group that stepped a whole
+  tile ahead while the other still consumed would take an older phase's data (and the
+  extra releases corrupt the stage barriers: error 719 on the GPU).
 - The sub-tile ring is filled in round order, as the store and communication warps read
-  it: a group starts an epilogue once the other group has taken its slots for the round
-  before (two named barriers, passed on every round, whether or not it had a tile).
+  it, for the same reason: a group starts an epilogue once the other group has taken its
+  slots for the round before.
+- Both hand-overs are named barriers passed on every round, whether or not it had a tile.
 """
 from __future__ import annotations
 
@@ -29,16 +34,17 @@ Int32 = cutlass.Int32
 Float32 = cutlass.Float32
 
 _GROUP = 128  # threads of a warp group
-# named barriers 5 / 6: "warp group 0 / 1 may start its epilogue" (2-4: the kernel's own)
-_TURN_BAR = (5, 6)
+# named barriers (2-4 are the kernel's own): "warp group 0 / 1 may start its mainloop's
+# waits" (5, 6), "... its epilogue" (7, 8)
+_MAIN_BAR = (5, 6)
+_EPI_BAR = (7, 8)
 
 class PingPongMma:
     """Mixin of ``Sm90FusedKernel``: ``_pingpong_role``. Reads the kernel's ``bn, elem,
     num_sub, epi_slots, tma_push`` and its schedule methods."""
 
-    def _turn_bars(self) -> tuple:
-        return tuple(pipeline.NamedBarrier(barrier_id=b, num_threads=2 * _GROUP)
-                     for b in _TURN_BAR)
+    def _turn_bars(self, ids: tuple) -> tuple:
+        return tuple(pipeline.NamedBarrier(barrier_id=b, num_threads=2 * _GROUP) for b in ids)
 
     @cute.jit
     def _pingpong_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
@@ -74,7 +80,8 @@ class PingPongMma:
         tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.elem)
         size_rD = cute.size(tRS_rD)
 
-        turn = self._turn_bars()
+        main_turn = self._turn_bars(_MAIN_BAR)
+        epi_turn = self._turn_bars(_EPI_BAR)
         # the first wgmma of a tile overwrites its accumulators: two MMAs fixed once, so no
         # loop body changes an MMA's state
         mma_z = self._make_mma()
@@ -94,6 +101,8 @@ class PingPongMma:
             _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m, tiles_n)
             real = real & (u >= Int32(0))
             if mine:
+                if rnd > Int32(0):
+                    self._turn_wait(main_turn, grp)
                 if u >= Int32(0):
                     cute.nvgpu.warpgroup.fence()
                     ab_pipe.consumer_wait(read_state)
@@ -106,11 +115,18 @@ class PingPongMma:
                         ab_pipe.consumer_release(rel_state)
                         rel_state.advance()
                         read_state.advance()
+                    # every stage of this round has been waited for: the other group's waits
+                    # of the next round are at most one phase ahead of each stage's barrier
+                    if rnd + Int32(1) < rounds:
+                        self._turn_pass(main_turn, grp)
+                    # (in this branch: ptxas sees every wgmma retired before the epilogue)
                     cute.nvgpu.warpgroup.wait_group(0)
                     ab_pipe.consumer_release(rel_state)
                     rel_state.advance()
+                elif rnd + Int32(1) < rounds:
+                    self._turn_pass(main_turn, grp)
                 if rnd > Int32(0):
-                    self._turn_wait(turn, grp)
+                    self._turn_wait(epi_turn, grp)
                 if real:
                     for e in cutlass.range_constexpr(self.num_sub):
                         epi_pipe.producer_acquire(epi_state)
@@ -130,7 +146,7 @@ class PingPongMma:
                         epi_pipe.producer_commit(epi_state)
                         epi_state.advance()
                 if rnd + Int32(1) < rounds:
-                    self._turn_pass(turn, grp)
+                    self._turn_pass(epi_turn, grp)
             elif u >= Int32(0):
                 read_state.advance(k_tiles)
                 rel_state.advance(k_tiles)
@@ -139,7 +155,7 @@ class PingPongMma:
 
     @cute.jit
     def _turn_wait(self, turn, grp):
-        """Waits until the other group has taken its ring slots for the round before."""
+        """Waits for this group's turn (``turn``: the two groups' barriers)."""
         if grp == Int32(0):
             turn[0].arrive_and_wait()
         else:
@@ -147,7 +163,7 @@ class PingPongMma:
 
     @cute.jit
     def _turn_pass(self, turn, grp):
-        """Lets the other group start its epilogue of the next round."""
+        """Gives the turn to the other group."""
         if grp == Int32(0):
             turn[1].arrive()
         else:
