@@ -50,6 +50,8 @@ class PingPongMma:
     def _pingpong_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                        local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC,
                        ab_pipe, epi_pipe):
+        """Both MMA warp groups (``mtid`` 0-255): each computes the tiles of its rounds and
+        hands them to the sub-tile ring, in round order with the other group's."""
         # uniform across the warp group: ptxas serializes wgmmas behind branches it cannot
         # prove uniform (C7520)
         grp = cute.arch.make_warp_uniform(mtid // Int32(_GROUP))
