@@ -26,7 +26,6 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils.hopper_helpers as sm90_utils
 
 from .plan import BM
 
@@ -41,7 +40,8 @@ _EPI_BAR = (7, 8)
 
 class PingPongMma:
     """Mixin of ``Sm90FusedKernel``: ``_pingpong_role``. Reads the kernel's ``bn, elem,
-    num_sub, epi_slots, tma_push`` and its schedule methods."""
+    num_sub, epi_slots, ab_stage, tma_push``, its schedule methods and ``_make_mma`` /
+    ``_ring_copy``."""
 
     def _turn_bars(self, ids: tuple) -> tuple:
         return tuple(pipeline.NamedBarrier(barrier_id=b, num_threads=2 * _GROUP) for b in ids)
@@ -66,20 +66,11 @@ class PingPongMma:
         acc_hi = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA_lo, mode=[2])
 
-        r2s_atom = sm90_utils.sm90_get_smem_store_op(
-            cutlass.tensor_utils.LayoutEnum.ROW_MAJOR, elem_ty_d=self.elem, elem_ty_acc=Float32)
-        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.elem)
-        tiled_r2s = cute.make_tiled_copy_S(r2s_atom,
-                                           cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
-        r2s_lo = tiled_r2s.get_slice(wt)
-        r2s_hi = tiled_r2s.get_slice(wt + Int32(_GROUP))
-        tRS_sC_lo = r2s_lo.partition_D(sC)
-        tRS_sC_hi = r2s_hi.partition_D(sC)
+        tiled_r2s, tRS_rD, tRS_rD_out = self._ring_copy(tiled_mma, sC)
+        tRS_sC_lo = tiled_r2s.get_slice(wt).partition_D(sC)
+        tRS_sC_hi = tiled_r2s.get_slice(wt + Int32(_GROUP)).partition_D(sC)
         tRS_rAcc_lo = tiled_r2s.retile(acc_lo)
         tRS_rAcc_hi = tiled_r2s.retile(acc_hi)
-        rD_shape = cute.shape(r2s_lo.partition_S(sC))
-        tRS_rD = cute.make_rmem_tensor(rD_shape[:3], Float32)
-        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.elem)
         size_rD = cute.size(tRS_rD)
 
         main_turn = self._turn_bars(_MAIN_BAR)

@@ -598,16 +598,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         acc = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])
 
-        r2s_atom = sm90_utils.sm90_get_smem_store_op(_ROW_LAYOUT, elem_ty_d=self.elem,
-                                                     elem_ty_acc=Float32)
-        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.elem)
-        tiled_r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
-        thr_r2s = tiled_r2s.get_slice(mtid)
-        tRS_sC = thr_r2s.partition_D(sC)
+        tiled_r2s, tRS_rD, tRS_rD_out = self._ring_copy(tiled_mma, sC)
+        tRS_sC = tiled_r2s.get_slice(mtid).partition_D(sC)
         tRS_rAcc = tiled_r2s.retile(acc)
-        rD_shape = cute.shape(thr_r2s.partition_S(sC))
-        tRS_rD = cute.make_rmem_tensor(rD_shape[:3], Float32)
-        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.elem)
         size_rD = cute.size(tRS_rD)
 
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
@@ -773,6 +766,19 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
                     self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
+
+    def _ring_copy(self, tiled_mma, sC) -> tuple:
+        """The accumulators' way into the sub-tile ring: the stmatrix tiled copy of
+        ``tiled_mma``'s fragments, and one sub-tile's fp32 and output-type staging registers.
+        Emitted at trace time."""
+        r2s_atom = sm90_utils.sm90_get_smem_store_op(_ROW_LAYOUT, elem_ty_d=self.elem,
+                                                     elem_ty_acc=Float32)
+        stm_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.elem)
+        tiled_r2s = cute.make_tiled_copy_S(r2s_atom,
+                                           cute.make_tiled_copy_C_atom(stm_atom, tiled_mma))
+        rD_shape = cute.shape(tiled_r2s.get_slice(0).partition_S(sC))
+        return (tiled_r2s, cute.make_rmem_tensor(rD_shape[:3], Float32),
+                cute.make_rmem_tensor(rD_shape[:3], self.elem))
 
     @cute.jit
     def _stage_scales(self, mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits, sS_ptr):

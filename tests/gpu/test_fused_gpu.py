@@ -543,17 +543,26 @@ def test_gemm_only_tma_store(comm, M, N, K, force):
     dev = torch.device("cuda", torch.cuda.current_device())
     for i in range(2):
         x, w = rank_inputs(M + K + N + i, op.rank, M, op.N, K, dev)
-        # a freed NaN block of the output's size: the caching allocator hands it to y
-        poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
-        del poison
-        with knobs(op, force_tma_store=True, **force):
-            y = op.gemm_only(x, w)
-        with knobs(op, force_tma_store=False, **force):
-            y0 = op.gemm_only(x, w)
-        torch.cuda.synchronize()
-        assert not torch.isnan(y).any()
-        assert rel_error(y, x.double() @ w.double().t()) < TOL
-        assert torch.equal(y, y0)
+        check_gemm_only_bitwise(op, x, w, {"force_tma_store": True, **force},
+                                {"force_tma_store": False, **force})
+
+
+def check_gemm_only_bitwise(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor, forced: dict,
+                            baseline: dict) -> None:
+    """``gemm_only`` with the ``forced`` knobs: into a freed NaN block of the output's size
+    (the caching allocator hands it to y, so nothing is left unwritten), against the float64
+    product, and bitwise equal to the result with the ``baseline`` knobs."""
+    M, N = x.shape[0], op.N
+    poison = torch.full((M, N), float("nan"), dtype=op.dtype, device=x.device)
+    del poison
+    with knobs(op, **forced):
+        y = op.gemm_only(x, w)
+    with knobs(op, **baseline):
+        y0 = op.gemm_only(x, w)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any()
+    assert rel_error(y, x.double() @ w.double().t()) < TOL
+    assert torch.equal(y, y0)
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
