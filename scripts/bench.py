@@ -90,7 +90,9 @@ def parse() -> argparse.Namespace:
                         "ar_pflsu), with P CTAs that only push (rs_pc8 / rs_pc16 / rs_pc24; "
                         "rs_flat: the flat order without them), with the exit without system "
                         "fences (rs_lean / ar_lean), the GEMM alone with its output stored "
-                        "by threads, not TMA (gemm_ts0), with 1-CTA tiles of each width "
+                        "by threads, not TMA (gemm_ts0), on ping-pong warp groups "
+                        "(gemm_pp160 / gemm_pp192; 1-CTA 128-wide: rs_pp128 / ar_pp128, "
+                        "against rs_bn128 / ar_bn128), with 1-CTA tiles of each width "
                         "(rs_bnW / ar_bnW / gemm_bnW, W 64-256; 160 / 192 leave a partial "
                         "tile at N's edge where they do not divide N) and 64-wide "
                         "peers-first (rs_pf64 / ar_pf64), on 2x1 clusters "
@@ -366,6 +368,10 @@ class Bench:
             # the GEMM alone with its output stored by the communication threads, not by TMA
             cols["gemm_ts0"] = (_with(ops["rs"], ops["rs"].gemm_only, force_tma_store=False),
                                 sets)
+            # the GEMM alone on ping-pong warp groups, 160 / 192 wide (docs/PERF.md (af))
+            for bn in (160, 192):
+                cols[f"gemm_pp{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_bn=bn,
+                                              force_pingpong=True), sets)
             # the exit without system fences or done stamps (launch.protocol.finish_launch)
             for m in ("rs", "ar"):
                 cols[f"{m}_lean"] = (_with(ops[m], ops[m], force_lean_exit=True), sets)
@@ -378,6 +384,9 @@ class Bench:
                 for bn in (128, 160, 192, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
+                # ping-pong warp groups on the same 1-CTA 128-wide plan (launch.pingpong)
+                cols[f"{m}_pp128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                              bn=128, force_pingpong=True), sets)
             cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True), sets)
             for bn in (128, 256):
                 cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True,
@@ -516,12 +525,13 @@ class Bench:
 
 def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False,
             push: str = "lsu", peers_first: bool | None = False, bn: int | None = None,
-            pair_n: bool = False):
+            pair_n: bool = False, **more):
     """fn with op's plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the lag;
-    rotation or the peers-first order; the tile width; how partials are pushed) for the
-    call."""
+    rotation or the peers-first order; the tile width; how partials are pushed; ``more``
+    knobs, ``force_pingpong=True`` say) for the call."""
     return _with(op, fn, force_cta_group=cta_group, force_lag=lag, force_rotate=rotate,
-                 push=push, force_peers_first=peers_first, force_bn=bn, force_pair_n=pair_n)
+                 push=push, force_peers_first=peers_first, force_bn=bn, force_pair_n=pair_n,
+                 **more)
 
 
 def _with(op, fn, **knobs):
