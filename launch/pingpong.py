@@ -38,6 +38,7 @@ _GROUP = 128  # threads of a warp group
 _MAIN_BAR = (5, 6)
 _EPI_BAR = (7, 8)
 
+
 class PingPongMma:
     """Mixin of ``Sm90FusedKernel``: ``_pingpong_role``. Reads the kernel's ``bn, elem,
     num_sub, epi_slots, ab_stage, tma_push``, its schedule methods and ``_make_mma`` /
