@@ -54,6 +54,7 @@ class Variant:
     pingpong: int = 0  # 1: whole tiles per MMA warp group, by turns (Sm90FusedKernel)
     dtype: str = "bf16"  # the output (and x, w): "bf16" or "f16" (launch.comm_warps.DTYPES)
     in_dtype: str = ""  # "e4m3": fp8 x and w, scaled (launch.comm_warps.IN_DTYPES); "": dtype
+    bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""
@@ -65,6 +66,7 @@ class Variant:
         tune += f" push={self.push}" if self.push != "lsu" else ""
         tune += f" {self.dtype}" if self.dtype != "bf16" else ""
         tune += f" in={self.in_dtype}" if self.in_dtype else ""
+        tune += " bias" if self.bias else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 
@@ -214,22 +216,22 @@ def kernel_for(v: Variant) -> Any:
     if v.arch == "sm_90a":
         from .sm90_kernel import Sm90FusedKernel
         return Sm90FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, push=v.push,
-                               dtype=v.dtype, in_dtype=v.in_dtype, **v.tuning())
+                               dtype=v.dtype, in_dtype=v.in_dtype, bias=v.bias, **v.tuning())
     if v.arch in BLACKWELL:
         from .sm100_kernel import Sm100FusedKernel
         if v.tuning() or v.push != "lsu":
             raise ValueError("the sm100 kernel has no tuning knobs yet")
         return Sm100FusedKernel(v.bn, v.world, v.mode, v.transport, v.cta_group, v.dtype,
-                                v.in_dtype)
+                                v.in_dtype, v.bias)
     raise NotImplementedError(f"no kernel for {v.arch} yet")
 
 
 # Argument kinds of the compiled host function, in order (Sm90FusedKernel.__call__ and
 # Sm100FusedKernel.__call__ take the same arguments): x, w, out, x's and w's scales, the
-# scales' bits (``HEAD_ARGS`` of them, given per call), then the plan's fixed ones.
-ARG_KINDS = (["i64"] * 5 + ["i32"] + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"]
+# scales' bits, the bias (``HEAD_ARGS`` of them, given per call), then the plan's fixed ones.
+ARG_KINDS = (["i64"] * 5 + ["i32"] + ["i64"] + ["i32"] * 3 + ["i64"] * 4 + ["i32"] * 7 + ["i64"]
              + ["i64"] * 6 + ["stream"])
-HEAD_ARGS = 6
+HEAD_ARGS = 7
 
 
 def example_args() -> list:
@@ -237,7 +239,7 @@ def example_args() -> list:
     import cuda.bindings.driver as cuda
     import cutlass
     i64, i32 = cutlass.Int64, cutlass.Int32
-    return ([i64(0)] * 5 + [i32(0)] + [i32(128), i32(128), i32(128)] + [i64(0)] * 4
+    return ([i64(0)] * 5 + [i32(0)] + [i64(0)] + [i32(128), i32(128), i32(128)] + [i64(0)] * 4
             + [i32(0)] * 7 + [i64(0)] + [i64(0)] * 6 + [cuda.CUstream(0)])
 
 

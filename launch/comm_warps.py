@@ -111,6 +111,11 @@ class CommWarps(TileSchedule, PushCtas):
     lean_exit = False
     # True: elements are fp16 (``DTYPES``); the pack / unpack below follow it
     f16 = False
+    # True (RS / AR): every sum of the exchange adds bias[col] (N elements of the output
+    # type, 16-byte aligned) as one more addend before its rounding, on rows below M: RS's
+    # padding rows stay zero. The multicast switch returns its sums rounded, so there the
+    # bias is added to the rounded sum (a second rounding).
+    bias = False
 
     @property
     def copies_early(self) -> bool:
@@ -544,6 +549,7 @@ class CommWarps(TileSchedule, PushCtas):
             own = []
             peers = []
             geo = []
+            bias_w = []
             for j in cutlass.range_constexpr(j0, min(j0 + batch, _CHUNK_ITERS)):
                 c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
                 live = c < Int32(_SUB_CHUNKS)
@@ -560,6 +566,8 @@ class CommWarps(TileSchedule, PushCtas):
                 else:
                     for s in cutlass.range_constexpr(self.world - 1):
                         peers.append(self._ld_if(live, src + Int64(s) * region_bytes, False))
+                if cutlass.const_expr(self.bias):
+                    bias_w.append(self._bias_words(grow, col, N))
             for jj in cutlass.range_constexpr(len(geo)):
                 live, grow, sub_off, col, smem_off = geo[jj]
                 mine = True  # every row of a whole sub-tile is this rank's, every column real
@@ -568,7 +576,10 @@ class CommWarps(TileSchedule, PushCtas):
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                 if live & mine:
-                    r = self._sum(own[jj], peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)])
+                    addends = peers[jj * (self.world - 1):(jj + 1) * (self.world - 1)]
+                    if cutlass.const_expr(self.bias):
+                        addends = addends + [bias_w[jj]]
+                    r = self._sum(own[jj], addends)
                     self._store_result(r[0], r[1], r[2], r[3], grow, col, t, sub_off, out_addr, N,
                                        rank, local_M, peer_tab, out_off, Int64(0),
                                        not bulk and not self.push_all)
@@ -626,6 +637,34 @@ class CommWarps(TileSchedule, PushCtas):
         self.ab_elem = IN_DTYPES[in_dtype] if in_dtype else self.elem
         self.scaled = bool(in_dtype)
         self.bk = BK_BYTES * 8 // self.ab_elem.width
+
+    def _use_bias(self, bias: int, mode: str) -> None:
+        """``bias`` (``CommWarps.bias``): only the exchange's sums take one."""
+        if bias and mode == "gemm":
+            raise ValueError("a bias is added by the exchange's sums: RS and AR kernels only")
+        self.bias = bool(bias)
+        self._bias_args = None
+
+    def _bias_at(self, bias_addr, M) -> None:
+        """Keeps the kernel's bias address and M for the sums (trace time: the kernel's
+        arguments dominate every use in its body, so the reductions need no parameter)."""
+        self._bias_args = (bias_addr, M) if self.bias else None
+
+    @cute.jit
+    def _bias_words(self, grow, col, N):
+        """bias[col:col + 8] as four words where row ``grow`` is below M, else zeros (a
+        mask, not a branch: the reductions' chunks are straight-line code). The address
+        stays inside the bias where ``col`` is past N (those sums are never stored)."""
+        bias_addr, M = self._bias_args
+        c = cutlass.min(col, N - Int32(8))
+        w0, w1, w2, w3 = ptx.ld_v4_nc(bias_addr + Int64(c) * Int64(2))
+        keep = Int32(0) - Int32(grow < M)
+        return (w0 & keep, w1 & keep, w2 & keep, w3 & keep)
+
+    @cute.jit
+    def _add_bias(self, r0, r1, r2, r3, grow, col, N):
+        """A reduced chunk (four words) plus its bias, rounded again (multicast sums)."""
+        return self._sum((r0, r1, r2, r3), [self._bias_words(grow, col, N)])
 
     def _unpack2(self, u):
         """Two fp32 from a word of two elements (low half first)."""
@@ -715,6 +754,8 @@ class CommWarps(TileSchedule, PushCtas):
                     if mine:
                         r0, r1, r2, r3 = self._ld_reduce8(
                             mc_base + part_off + Int64(t) * Int64(self.tile_bytes) + sub_off)
+                        if cutlass.const_expr(self.bias):
+                            r0, r1, r2, r3 = self._add_bias(r0, r1, r2, r3, grow, col, N)
                         self._store_result(r0, r1, r2, r3, grow, col, t, sub_off, out_addr, N,
                                            rank, local_M, peer_tab, out_off, mc_base)
             else:

@@ -243,6 +243,12 @@ def ld_u64_nc(addr, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
+def ld_v4_nc(addr, *, loc=None, ip=None):
+    """Read-only 16-byte load through L1 (a bias: written before the launch, never by it)."""
+    return _ld_v4("ld.global.nc.v4.b32", addr, Int64, loc, ip)
+
+
+@dsl_user_op
 def ld_f32_nc(addr, *, loc=None, ip=None) -> Float32:
     """Read-only 4-byte fp32 load (fp8 block scales: written before the launch, never by it)."""
     return Float32(_asm(T.f32(), [_v(addr, Int64, loc, ip)],

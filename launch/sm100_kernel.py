@@ -56,10 +56,11 @@ class Sm100FusedKernel(CommWarps):
     """One compiled variant: (BN, world, mode, transport, cta_group, dtype, in_dtype)."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
-                 dtype: str = "bf16", in_dtype: str = "") -> None:
+                 dtype: str = "bf16", in_dtype: str = "", bias: int = 0) -> None:
         # partials and output of ``dtype``; x and w of ``in_dtype`` (fp8: scaled in the
         # epilogue, ``Sm90FusedKernel``) or the same; fp32 accumulators
         self._use_dtype(dtype, in_dtype)
+        self._use_bias(bias, mode)
         if bn not in (128, 256):
             raise ValueError(f"BN must be 128 or 256, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
@@ -103,7 +104,7 @@ class Sm100FusedKernel(CommWarps):
     def __call__(
         self,
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
-        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
@@ -149,7 +150,8 @@ class Sm100FusedKernel(CommWarps):
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, self.tiled_mma, self.cluster_layout_vmnk,
             self.a_smem_staged, self.b_smem_staged,
-            out_addr, sx_addr, sw_addr, scale_bits, M, N, K, ws, peer_tab, mc_base, err_addr,
+            out_addr, sx_addr, sw_addr, scale_bits, bias_addr, M, N, K, ws, peer_tab, mc_base,
+            err_addr,
             rank, local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off,
             recv_off, region_bytes, part_off, out_off,
         ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
@@ -162,13 +164,14 @@ class Sm100FusedKernel(CommWarps):
         tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
         tiled_mma: cute.TiledMma, cluster_layout_vmnk: cute.Layout,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
-        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
         timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
         part_off: Int64, out_off: Int64,
     ):
+        self._bias_at(bias_addr, M)
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cta, _, _ = cute.arch.block_idx()

@@ -85,7 +85,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
                  push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
                  push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
                  trace: int = 0, dtype: str = "bf16", in_dtype: str = "",
-                 block_scales: int = 0, pingpong: int = 0) -> None:
+                 block_scales: int = 0, pingpong: int = 0, bias: int = 0) -> None:
         """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
         (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
         halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
@@ -141,8 +141,10 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         ``pingpong``: each MMA warp group computes whole tiles, the two taking the rounds by
         turns, so one's epilogue runs under the other's mainloop (``launch.pingpong``); a
         thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
-        (its first warp group needs few registers), BN <= 128 beside communication warps."""
+        (its first warp group needs few registers), BN <= 128 beside communication warps.
+        ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``)."""
         self._use_dtype(dtype, in_dtype)
+        self._use_bias(bias, mode)
         self.block_scales = bool(block_scales)
         if self.block_scales and (not self.scaled or bn not in (64, 128)):
             raise ValueError(f"block-wise scales are for fp8 operands on tiles 64 or 128 wide "
@@ -319,7 +321,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
     def __call__(
         self,
         x_addr: Int64, w_addr: Int64, out_addr: Int64,
-        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
@@ -353,7 +355,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         self.shared_storage = self._shared_storage()
         self.kernel(
             tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
-            self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, M, N, K, ws, peer_tab,
+            self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, bias_addr, M, N, K, ws,
+            peer_tab,
             mc_base, err_addr, rank,
             local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
             part_off, out_off,
@@ -367,13 +370,14 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
         tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
-        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
         M: Int32, N: Int32, K: Int32,
         ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
         rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
         timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
         part_off: Int64, out_off: Int64,
     ):
+        self._bias_at(bias_addr, M)
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cta, _, _ = cute.arch.block_idx()

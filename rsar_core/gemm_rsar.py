@@ -20,9 +20,9 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_call, check_construction,
-                       check_dtype, check_input_dtype, check_out, check_scales, check_warmup,
-                       check_weight, weight_of, SCALE_BLOCK)
+from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_bias, check_call,
+                       check_construction, check_dtype, check_input_dtype, check_out,
+                       check_scales, check_warmup, check_weight, weight_of, SCALE_BLOCK)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
@@ -61,7 +61,8 @@ class _NoBackward(torch.autograd.Function):
     inputs' gradients silently empty (a row-parallel backward needs an all-gather)."""
 
     @staticmethod
-    def forward(ctx: Any, y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, y: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
         return y.view_as(y)
 
     @staticmethod
@@ -71,11 +72,13 @@ class _NoBackward(torch.autograd.Function):
             "torch.no_grad() / torch.inference_mode(), or detach x and w")
 
 
-def inference_only(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``y``, or where autograd would record ``x`` / ``w`` a view of it whose backward
-    raises UnsupportedError (as a torch custom op without an autograd formula does)."""
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return _NoBackward.apply(y, x, w)
+def inference_only(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``y``, or where autograd would record ``x`` / ``w`` / ``bias`` a view of it whose
+    backward raises UnsupportedError (as a torch custom op without an autograd formula does)."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (
+            bias is not None and bias.requires_grad)):
+        return _NoBackward.apply(y, x, w, bias)
     return y
 
 
@@ -313,16 +316,16 @@ class GemmRsAr:
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
-                 w_scale: torch.Tensor | None = None, *,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 w_scale: torch.Tensor | None = None, *, out: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
         """The fused op on this rank's ``x`` (M, K) and ``w`` (N, K) (or a module with
         ``.weight``), of the op's ``input_dtype``, on the current stream: RS returns this
         rank's (ceil(M / world), N) shard of sum_r x_r @ w_r.T (rows past M zero), AR all of
         it, (M, N), on every rank, of the op's ``dtype``. A fresh tensor, or ``out`` (that
-        dtype, contiguous, shape, on this device, overlapping neither x nor w) filled and
+        dtype, contiguous, shape, on this device, sharing no byte with the inputs) filled and
         returned. Collective: every rank calls with the same M and K. Bad input raises
         RsarValueError / RsarTypeError before any launch. Inference only: where autograd
-        records x or w, the result's backward raises UnsupportedError.
+        records x, w or bias, the result's backward raises UnsupportedError.
 
         fp8 ops (``input_dtype=torch.float8_e4m3fn``) need ``x_scale`` and ``w_scale``,
         float32 on this device: one value each, or one per row of x (M) / per row of w (N).
@@ -336,25 +339,33 @@ class GemmRsAr:
         BlockWise1x128 layout); ``w_scale`` (ceil(N / 128), K / 128), one per 128 x 128
         block of w, row-major or column-major. Each k-group's products are then summed in
         fp32 times their two scales (as torch's BlockWise1x128 x BlockWise128x128 scaled_mm
-        does), on tiles 128 wide (``force_bn`` 64 or 128)."""
+        does), on tiles 128 wide (``force_bn`` 64 or 128).
+
+        ``bias``: (N,) of the op's ``dtype``, contiguous, 16-byte aligned, on this device;
+        added once, in fp32, to the reduced sum before its rounding (as Megatron's
+        RowParallelLinear and torch._scaled_mm(bias=) add it): sum_r x_r @ w_r.T + bias, RS
+        rows past M still zero. Such calls run their own kernel variants
+        (``warmup(..., bias=True)``), so every rank passes a bias or none at the same call."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
         M, K = x.shape
         bits = check_scales(x_scale, w_scale, M, self.N, self.device, self._in_name, K)
         block = self._check_block(bits)
+        if bias is not None:
+            check_bias(bias, self.N, self.device, self.dtype)
         self.check()
         w = weight_of(w)
-        prepared = self._prepare(M, K, self.mode, block=block)
+        prepared = self._prepare(M, K, self.mode, block=block, bias=bias is not None)
         rows = M if self.all_reduce else prepared[0].local_M
         if out is None:
             y = torch.empty((rows, self.N), dtype=self.dtype, device=self.device)
         else:
             check_out(out, (rows, self.N), self.device, x, w, self.dtype,
-                      extra=(("x_scale", x_scale), ("w_scale", w_scale)))
+                      extra=(("x_scale", x_scale), ("w_scale", w_scale), ("bias", bias)))
             y = out
-        self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
-        return inference_only(y, x, w)
+        self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits, bias)
+        return inference_only(y, x, w, bias)
 
     def gemm_only(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
                   w_scale: torch.Tensor | None = None, *, epi_slots: int = 0,
@@ -378,19 +389,21 @@ class GemmRsAr:
         self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
 
-    def warmup(self, Ms: Iterable[int], K: int, *, block_scales: bool = False) -> None:
+    def warmup(self, Ms: Iterable[int], K: int, *, block_scales: bool = False,
+               bias: bool = False) -> None:
         """Plan the calls of these M at this K and compile their kernels (or load them from
         the kernel cache, ``RSAR_KERNEL_CACHE``), without launching anything: a serving
         stack calls it at start-up with its batch sizes, so that no request waits on a
         compile. Collective, like the calls it prepares (every rank, the same Ms and K);
         bad values raise RsarValueError before anything is compiled. ``block_scales``: the
-        calls will pass block-wise fp8 scales (their kernels differ)."""
+        calls will pass block-wise fp8 scales; ``bias``: they will pass ``bias=`` (the
+        kernels of either differ)."""
         self._require_open()
         self._require_kernel()
         Ms = check_warmup(Ms, K, self.max_M, self._in_name)
         block = self._check_block(SCALE_BLOCK if block_scales else 0)
         for M in Ms:
-            self._prepare(M, K, self.mode, block=block)
+            self._prepare(M, K, self.mode, block=block, bias=bool(bias))
 
     def _check_block(self, bits: int) -> bool:
         """Whether a call's scale bits are block-wise, where this op can run them: fp8 on
@@ -409,16 +422,17 @@ class GemmRsAr:
         return True
 
     def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                         band: int | None = None, *,
-                         block: bool = False) -> tuple[TilePlan, Any]:
+                         band: int | None = None, *, block: bool = False,
+                         bias: bool = False) -> tuple[TilePlan, Any]:
         """The plan of a call and its compiled launcher (tests, scripts)."""
-        return self._prepare(M, K, mode, epi_slots, band, block=block)[:2]
+        return self._prepare(M, K, mode, epi_slots, band, block=block, bias=bias)[:2]
 
     def _prepare(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                 band: int | None = None, *,
-                 block: bool = False) -> tuple[TilePlan, Any, tuple[int, ...]]:
+                 band: int | None = None, *, block: bool = False,
+                 bias: bool = False) -> tuple[TilePlan, Any, tuple[int, ...]]:
         """(plan, launcher, the launch's fixed arguments) of a call, made once per shape and
-        knob setting: a call then looks it up, which keeps the host path short."""
+        knob setting: a call then looks it up, which keeps the host path short. ``bias``:
+        the fused kernel that adds a bias to the reduced sum (the plain GEMM has none)."""
         push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
         trace = int(self.trace and self.arch == "sm_90a")
         pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
@@ -430,9 +444,11 @@ class GemmRsAr:
                self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
                self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
                self.force_split_row, self.force_push_ctas, self.force_lean_exit,
-               self.force_tma_store, self.force_pingpong, block)
+               self.force_tma_store, self.force_pingpong, block, bias)
         hit = self._plans.get(key)
         if hit is None:
+            if bias and mode == "gemm":
+                raise RsarValueError("the plain GEMM (gemm_only) takes no bias")
             if len(self._plans) > 4096:
                 self._plans.clear()
             plan = self.plan(M, K, mode, band=band, block=block)
@@ -448,7 +464,7 @@ class GemmRsAr:
                         push_window=self._push_window(plan, push),
                         lean_exit=self._lean_exit(mode),
                         tma_store=tma_store, trace=trace,
-                        block_scales=int(block), pingpong=pingpong)
+                        block_scales=int(block), pingpong=pingpong, bias=int(bias))
             fn = CACHE.get(v)
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
@@ -529,13 +545,14 @@ class GemmRsAr:
     def _launch_prepared(self, prepared: tuple[TilePlan, Any, tuple[int, ...]],
                          x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
                          x_scale: torch.Tensor | None = None, w_scale: torch.Tensor | None = None,
-                         scale_bits: int = 0) -> None:
+                         scale_bits: int = 0, bias: torch.Tensor | None = None) -> None:
         _, fn, fixed = prepared
         stream = raw_stream(self.device.index)
         self._ws.order.before_launch(stream, self.device)
         sx = x_scale.data_ptr() if x_scale is not None else 0
         sw = w_scale.data_ptr() if w_scale is not None else 0
-        fn.call_with((x.data_ptr(), w.data_ptr(), y.data_ptr(), sx, sw, scale_bits), fixed,
+        b = bias.data_ptr() if bias is not None else 0
+        fn.call_with((x.data_ptr(), w.data_ptr(), y.data_ptr(), sx, sw, scale_bits, b), fixed,
                      stream)
 
     # ------------------------------------------------------------------ profiling

@@ -9,9 +9,11 @@
 A custom op cannot take a Python object, so the schema carries an integer ``handle`` that
 names a live GemmRsAr in this module's registry:
 
-    rsar::gemm_rsar(Tensor x, Tensor w, int handle) -> Tensor
-    rsar::gemm_rsar_scaled(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle)
-        -> Tensor                                     # ops built with fp8 input_dtype
+    rsar::gemm_rsar(Tensor x, Tensor w, int handle, Tensor? bias=None) -> Tensor
+    rsar::gemm_rsar_scaled(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle,
+                           Tensor? bias=None) -> Tensor   # ops built with fp8 input_dtype
+
+``bias``: (N,) of the op's dtype, added once to the reduced sum (``GemmRsAr.__call__``).
 
 - ``register(op)`` returns the handle (idempotent per instance); ``unregister(op)`` drops it.
   The registry holds the op weakly: a collected op leaves it by itself (weakref.finalize),
@@ -22,8 +24,9 @@ names a live GemmRsAr in this module's registry:
   the same order, compiled or not (the op is collective).
 - The fake (meta) kernel gives the output shape from the registered op's world, N and
   all_reduce: RS ``(ceil(M / world), N)``, AR ``(M, N)``, of the op's dtype (x and w
-  must be its input dtype: the scaled op's fp8, the plain op's the result's); ceil-div on
-  SymInts, so one dynamic-shape graph serves every M.
+  must be its input dtype: the scaled op's fp8, the plain op's the result's; a bias the
+  result's dtype, shape (N,)); ceil-div on SymInts, so one dynamic-shape graph serves
+  every M.
 - Handles are never reused in a process, and a handle encodes ``(world, N, all_reduce)``
   besides a serial number. A compiled graph that has the handle as a constant therefore
   means the same output shapes in any process that hands out the same handle, which keeps
@@ -154,37 +157,49 @@ def lookup(handle: int) -> Any:
 # ---------------------------------------------------------------------------- the op
 # An explicit schema: inferred, ``handle: int`` would become ``SymInt`` and could be traced
 # as a symbol; ``int`` keeps it a constant of every graph.
+# ``bias`` comes last, with a default, so calls written before it (x, w, handle) still bind.
 @torch.library.custom_op(OP_NAME, mutates_args=(), device_types="cuda",
-                         schema="(Tensor x, Tensor w, int handle) -> Tensor")
-def _gemm_rsar(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tensor:
-    """reduce_scatter(x @ w.T) or all_reduce(x @ w.T) by the GemmRsAr behind ``handle``."""
-    return lookup(handle)(x, w)
+                         schema="(Tensor x, Tensor w, int handle, Tensor? bias=None) -> Tensor")
+def _gemm_rsar(x: torch.Tensor, w: torch.Tensor, handle: int,
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+    """reduce_scatter(x @ w.T) or all_reduce(x @ w.T) (+ bias) by the GemmRsAr behind
+    ``handle``."""
+    op = lookup(handle)
+    # without a bias the op is called as before: registered stand-ins may not take one
+    return op(x, w) if bias is None else op(x, w, bias=bias)
 
 
 @torch.library.custom_op(SCALED_OP_NAME, mutates_args=(), device_types="cuda",
-                         schema="(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle)"
-                                " -> Tensor")
+                         schema="(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, int handle,"
+                                " Tensor? bias=None) -> Tensor")
 def _gemm_rsar_scaled(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
-                      w_scale: torch.Tensor, handle: int) -> torch.Tensor:
+                      w_scale: torch.Tensor, handle: int,
+                      bias: torch.Tensor | None = None) -> torch.Tensor:
     """The fp8 op behind ``handle`` on scaled operands (``GemmRsAr.__call__``)."""
-    return lookup(handle)(x, w, x_scale=x_scale, w_scale=w_scale)
+    op = lookup(handle)
+    if bias is None:
+        return op(x, w, x_scale=x_scale, w_scale=w_scale)
+    return op(x, w, x_scale=x_scale, w_scale=w_scale, bias=bias)
 
 
 @_gemm_rsar.register_fake
-def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int) -> torch.Tensor:
-    return _fake(x, w, handle, scaled=False)
+def _gemm_rsar_fake(x: torch.Tensor, w: torch.Tensor, handle: int,
+                    bias: torch.Tensor | None = None) -> torch.Tensor:
+    return _fake(x, w, handle, scaled=False, bias=bias)
 
 
 @_gemm_rsar_scaled.register_fake
 def _gemm_rsar_scaled_fake(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
-                           w_scale: torch.Tensor, handle: int) -> torch.Tensor:
+                           w_scale: torch.Tensor, handle: int,
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
     for name, t in (("x_scale", x_scale), ("w_scale", w_scale)):
         if t.dtype != torch.float32:
             raise RsarTypeError(f"{SCALED_OP_NAME}: {name} must be float32, got {t.dtype}")
-    return _fake(x, w, handle, scaled=True)
+    return _fake(x, w, handle, scaled=True, bias=bias)
 
 
-def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool) -> torch.Tensor:
+def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool,
+          bias: torch.Tensor | None = None) -> torch.Tensor:
     handle = int(handle)
     op = lookup(handle)
     world, N, all_reduce = int(op.world), int(op.N), bool(op.all_reduce)
@@ -207,6 +222,15 @@ def _fake(x: torch.Tensor, w: torch.Tensor, handle: int, scaled: bool) -> torch.
     if x.dtype != in_dtype or w.dtype != in_dtype:
         raise RsarTypeError(f"{OP_NAME}: x and w must be {in_dtype} (the op's input dtype), "
                              f"got {x.dtype} and {w.dtype}")
+    if bias is not None:
+        if bias.dtype != dtype:
+            raise RsarTypeError(f"{OP_NAME}: bias must be {dtype} (the op's result dtype), "
+                                f"got {bias.dtype}")
+        if bias.dim() != 1:
+            raise RsarValueError(f"{OP_NAME}: bias must be 1-D (N={N},), got shape "
+                                 f"{tuple(bias.shape)}")
+        torch._check(bias.shape[0] == N,
+                     lambda: f"{OP_NAME}: bias must have N={N} values, got {bias.shape[0]}")
     M = x.shape[0]
     rows = M if all_reduce else (M + world - 1) // world
     return x.new_empty((rows, N), dtype=dtype)
@@ -217,8 +241,9 @@ def _takes_scales(op: Any) -> bool:
     return getattr(op, "input_dtype", op.dtype) != op.dtype
 
 
-def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
-    """``torch.ops.rsar.gemm_rsar(x, w, register(op))``.
+def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.ops.rsar.gemm_rsar(x, w, register(op), bias)``.
 
     Compiles to the bare op once ``op`` is registered. Under torch.compile with an op not
     yet registered, the first trace breaks the graph at register() (fullgraph=True refuses
@@ -227,17 +252,18 @@ def gemm_rsar(x: torch.Tensor, w: torch.Tensor, op: Any) -> torch.Tensor:
     h = getattr(op, _ATTR, None)
     if h is None:
         h = register(op)
-    return torch.ops.rsar.gemm_rsar(x, w, h)
+    return torch.ops.rsar.gemm_rsar(x, w, h, bias)
 
 
 def gemm_rsar_scaled(x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor,
-                     w_scale: torch.Tensor, op: Any) -> torch.Tensor:
-    """``torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, register(op))``, for an op
-    built with an fp8 ``input_dtype`` (registration as in ``gemm_rsar``)."""
+                     w_scale: torch.Tensor, op: Any,
+                     bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, register(op), bias)``, for
+    an op built with an fp8 ``input_dtype`` (registration as in ``gemm_rsar``)."""
     h = getattr(op, _ATTR, None)
     if h is None:
         h = register(op)
-    return torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, h)
+    return torch.ops.rsar.gemm_rsar_scaled(x, w, x_scale, w_scale, h, bias)
 
 
 class RowParallelLinear(nn.Module):
@@ -250,14 +276,22 @@ class RowParallelLinear(nn.Module):
     ``weight``, or block-wise, one per 128 x 128 block: (ceil(N / 128), K / 128)) is kept as
     a buffer and ``forward(x, x_scale)`` takes the activations' scales (one value, one per
     row of x, or with block-wise weights one per row and 128-element k-group: (M, K / 128))
-    with the fp8 x they quantized.
+    with the fp8 x they quantized. ``bias``: (N,) of the op's dtype (the result's, fp8 ops
+    included), kept as ``weight`` is and added once to the reduced sum; None: no bias (the
+    ``bias`` attribute is None, as in nn.Linear(bias=False)).
     """
 
     def __init__(self, op: Any, weight: torch.Tensor,
-                 weight_scale: torch.Tensor | None = None) -> None:
+                 weight_scale: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None) -> None:
         super().__init__()
         if weight.dim() != 2 or weight.shape[0] != op.N:
             raise RsarValueError(f"weight must be (N={op.N}, K), got {tuple(weight.shape)}")
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            raise RsarTypeError(f"bias must be a torch.Tensor or None, got "
+                                f"{type(bias).__name__}")
+        if bias is not None and tuple(bias.shape) != (op.N,):
+            raise RsarValueError(f"bias must be (N={op.N},), got {tuple(bias.shape)}")
         self.scaled = _takes_scales(op)
         if self.scaled != (weight_scale is not None):
             raise RsarValueError("weight_scale is for (and needed by) ops with an fp8 "
@@ -265,8 +299,8 @@ class RowParallelLinear(nn.Module):
                                  "weight_scale is for ops with an fp8 input_dtype only")
         self.op = op
         self.handle = register(op)
-        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(
-            weight, requires_grad=False)
+        self.weight = _parameter(weight)
+        self.bias = None if bias is None else _parameter(bias)
         self.register_buffer("weight_scale", weight_scale)
 
     def forward(self, x: torch.Tensor, x_scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -274,12 +308,18 @@ class RowParallelLinear(nn.Module):
             if x_scale is None:
                 raise RsarValueError("an fp8 RowParallelLinear needs x_scale with x")
             return torch.ops.rsar.gemm_rsar_scaled(x, self.weight, x_scale, self.weight_scale,
-                                                   self.handle)
+                                                   self.handle, self.bias)
         if x_scale is not None:
             raise RsarValueError("x_scale is for an fp8 RowParallelLinear only")
-        return torch.ops.rsar.gemm_rsar(x, self.weight, self.handle)
+        return torch.ops.rsar.gemm_rsar(x, self.weight, self.handle, self.bias)
 
     def extra_repr(self) -> str:
         mode = "ar" if self.op.all_reduce else "rs"
         return (f"N={self.weight.shape[0]}, K={self.weight.shape[1]}, mode={mode}, "
-                f"world={self.op.world}, handle={self.handle}")
+                f"world={self.op.world}, bias={self.bias is not None}, handle={self.handle}")
+
+
+def _parameter(t: torch.Tensor) -> nn.Parameter:
+    """``t`` as a module parameter: a Parameter as given, else one without a gradient (the
+    op has no backward)."""
+    return t if isinstance(t, nn.Parameter) else nn.Parameter(t, requires_grad=False)

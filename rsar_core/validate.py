@@ -258,6 +258,27 @@ def check_call(x: Any, w: Any, max_M: int, N: int, device: torch.device,
         raise RsarValueError(f"x has K={k} but w has K={w.shape[1]}")
 
 
+def check_bias(bias: Any, N: int, device: torch.device, dtype: torch.dtype) -> None:
+    """``bias=`` of a call: N values of the op's result ``dtype``, added once to the reduced
+    sum in fp32 (the kernel reads them as one dense row). A bias that requires grad is
+    accepted, as x and w are: the result's backward raises (``inference_only``)."""
+    if not isinstance(bias, torch.Tensor):
+        raise RsarTypeError(f"bias must be a torch.Tensor, got {type(bias).__name__}")
+    if bias.dtype != dtype:
+        raise RsarTypeError(f"bias must be {str(dtype).removeprefix('torch.')} (this op's "
+                            f"result dtype), got {bias.dtype}")
+    if tuple(bias.shape) != (N,):
+        raise RsarValueError(f"bias must have shape ({N},) (one value per output column), "
+                             f"got {tuple(bias.shape)}")
+    if bias.device != device:
+        raise RsarValueError(f"bias must be on {device}, got {bias.device}")
+    if not bias.is_contiguous():
+        raise RsarValueError(f"bias must be contiguous, got stride {bias.stride()}")
+    if bias.data_ptr() % 16:  # as x, w and out: the kernel may read it in 16-byte pieces
+        raise RsarValueError("bias must start on a 16-byte boundary (got a view at an odd "
+                             "offset)")
+
+
 def check_warmup(Ms: Iterable[Any], K: Any, max_M: int, input_dtype: str = "") -> list[int]:
     """``warmup``'s shapes as ints, each M in 1..max_M and K a positive multiple of the
     operand type's k-block (the limits ``check_call`` puts on a call's tensors)."""
@@ -280,7 +301,8 @@ def check_out(out: Any, shape: tuple[int, int], device: torch.device, x: torch.T
               extra: tuple[tuple[str, Any], ...] = ()) -> None:
     """``out=`` of a call: where the kernel writes the result, so the same rules as the
     inputs, of the op's ``dtype`` (default: x's), the call's result shape, and no byte
-    shared with x, w or the (name, tensor) pairs of ``extra`` (fp8 scales; None skipped):
+    shared with x, w or the (name, tensor) pairs of ``extra`` (fp8 scales, bias; None
+    skipped):
     the kernel reads them while it writes."""
     _check_matrix("out", out, device, x.dtype if dtype is None else dtype)
     if tuple(out.shape) != shape:

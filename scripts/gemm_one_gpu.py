@@ -150,8 +150,10 @@ def launcher(fn: Any, plan: Any, y: Any, ws: Any, err: Any, lay: Any, K: int,
         p = plan
         bits = (0 if sx is None else scale_bits if scale_bits is not None
                 else int(sx.numel() > 1) | int(sw.numel() > 1) << 1)
+        # the head as GemmRsAr._launch_prepared passes it; bias address 0: the plain GEMM
+        # takes none
         fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), 0 if sx is None else sx.data_ptr(),
-           0 if sw is None else sw.data_ptr(), bits, p.M, p.N, K, ws.data_ptr(), 0, 0,
+           0 if sw is None else sw.data_ptr(), bits, 0, p.M, p.N, K, ws.data_ptr(), 0, 0,
            err.data_ptr(), 0, p.local_M, p.padded_M, p.chunk, p.rounds, p.sched_word,
            p.grid, 5_000_000_000, lay.arrive_off, lay.result_off, lay.recv_off,
            lay.recv_region_bytes, lay.part_off, lay.out_off,

@@ -57,7 +57,7 @@ def steps(op: Any, x: Any, w: Any, y: Any) -> dict[str, Callable[[], Any]]:
     _, fn, fixed = prepared
     order, index = op.workspace.order, op.device.index
     stream = raw_stream(index)
-    head = (x.data_ptr(), w.data_ptr(), y.data_ptr(), 0, 0, 0)  # no fp8 scales
+    head = (x.data_ptr(), w.data_ptr(), y.data_ptr(), 0, 0, 0, 0)  # no fp8 scales, no bias
     return {
         "check_call": lambda: check_call(x, w, op.max_M, op.N, op.device),
         "check (error word)": op.check,

@@ -18,6 +18,9 @@ Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16
 (each doubles the work; bf16 only by default). ``e4m3`` builds the variants of fp8 ops
 (``input_dtype=torch.float8_e4m3fn``, bf16 results) with one scale per operand or per row,
 ``e4m3-block`` those of their calls with block-wise scales (sm90: 128-wide plans).
+
+Calls with ``bias=`` launch variants of their own: ``--bias`` builds the bias twin of every
+fused (RS / AR) variant too (the plain GEMM takes no bias), doubling the fused work.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ BLOCK = "e4m3-block"  # --dtypes name of fp8 calls with block-wise scales
 
 
 def variants(arch: str, world: int, transports: list[str],
-             sm_counts: tuple[int, ...] = (132,), dtypes: tuple[str, ...] = ("bf16",)) -> list:
+             sm_counts: tuple[int, ...] = (132,), dtypes: tuple[str, ...] = ("bf16",),
+             bias: bool = False) -> list:
     """Every variant a default plan of this arch and world picks, over M up to 64 Ki, K from
     64 to 16 Ki and N from 128 to 10 Ki (the tile widths, tile-row counts and round counts
     the plan rules distinguish, and N that end on a partial tile; tests/test_precompile.py
@@ -50,7 +54,8 @@ def variants(arch: str, world: int, transports: list[str],
     with bf16 results) gets the same variants: an fp8 op of depth K runs the plan of
     depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are.
     ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
-    ``BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel)."""
+    ``BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
+    fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``)."""
     from dataclasses import astuple, replace
 
     from rsar_core.gemm_rsar import BLOCK_BN
@@ -88,6 +93,8 @@ def variants(arch: str, world: int, transports: list[str],
                                     kinds.add(default_variant(arch, world, tr, p, "bf16", dt))
                                 else:
                                     kinds.add(default_variant(arch, world, tr, p, dt))
+    if bias:
+        kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)
 
 
@@ -133,6 +140,9 @@ def main() -> int:
                         "(GemmRsAr's dtype torch.bfloat16 / torch.float16), e4m3 (fp8 "
                         "operands, bf16 results: input_dtype=torch.float8_e4m3fn), "
                         "e4m3-block (fp8 calls with block-wise scales); default bf16")
+    p.add_argument("--bias", action="store_true",
+                   help="also build the bias variant of every fused (RS / AR) one, for calls "
+                        "with bias= (the plain GEMM takes none)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
@@ -149,7 +159,8 @@ def main() -> int:
     if not dtypes or set(dtypes) - set(names):
         p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
-                                       tuple(a.sm_count), dtypes), a.from_log, a.arch, a.world)
+                                       tuple(a.sm_count), dtypes, a.bias),
+                              a.from_log, a.arch, a.world)
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
     held = set() if a.force else set(cached(vs, Path(a.out)))

@@ -38,20 +38,23 @@ def cpu_op(monkeypatch, mode: str = "rs", dtype: torch.dtype = torch.bfloat16,
            N: int = 128, max_M: int = 64, input_dtype: torch.dtype | None = None) -> GemmRsAr:
     """A planning op on the CPU that calls like the real one (checks, plan, output, ``out=``)
     but whose launch is the float32 product (fp8: of the scaled operands) rounded to the
-    output's dtype, rank 0's rows."""
+    output's dtype, rank 0's rows (plus ``bias=``, in float32 before the rounding)."""
     op = planning_op(mode, N=N, dtype=dtype, input_dtype=input_dtype)
     op.max_M, op.device = max_M, torch.device("cpu")
     monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
     monkeypatch.setattr(op, "check", lambda: None, raising=False)
     monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a, block=False: (op.plan(M, K, mode, block=block),
-                                                             None, ()), raising=False)
+                        lambda M, K, mode, *a, block=False, bias=False: (
+                            op.plan(M, K, mode, block=block), None, ()), raising=False)
 
-    def launch(prepared, x, w, y, x_scale=None, w_scale=None, bits=0):
+    def launch(prepared, x, w, y, x_scale=None, w_scale=None, bits=0, bias=None):
         if x_scale is not None:
-            full = scaled_product(x, w, x_scale, w_scale).float().to(y.dtype)
+            full = scaled_product(x, w, x_scale, w_scale).float().to(y.dtype).float()
         else:
-            full = (x.float() @ w.float().t()).to(y.dtype)
+            full = x.float() @ w.float().t()
+        if bias is not None:
+            full = full + bias.float()
+        full = full.to(y.dtype)
         y.copy_(full if mode == "ar" else full[: y.shape[0]])
     monkeypatch.setattr(op, "_launch_prepared", launch, raising=False)
     return op

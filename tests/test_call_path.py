@@ -23,12 +23,17 @@ def _bound_call() -> tuple[FastCall, list]:
     return fc, seen
 
 
+def _head(*vals: int) -> tuple[int, ...]:
+    """A call's head arguments (tensors, scales, their bits, the bias), zero past ``vals``."""
+    return vals + (0,) * (HEAD_ARGS - len(vals))
+
+
 def test_call_with_stores_what_changed_and_launches_the_whole_argument_list():
     fc, seen = _bound_call()
     n = len(ARG_KINDS) - HEAD_ARGS - 1
     a = tuple(range(100, 100 + n))
     b = tuple(range(200, 200 + n))
-    h1, h2 = (1, 2, 3, 0, 0, 0), (4, 5, 6, 11, 12, 3)
+    h1, h2 = _head(1, 2, 3), _head(4, 5, 6, 11, 12, 3)
     fc.call_with(h1, a, 7)
     fc.call_with(h2, a, 8)
     fc.call_with(h1, b, 7)
@@ -41,7 +46,7 @@ def test_call_with_stores_what_changed_and_launches_the_whole_argument_list():
 def test_call_with_refuses_a_short_argument_list():
     fc, seen = _bound_call()
     with pytest.raises(ValueError, match=f"{len(ARG_KINDS)} arguments expected"):
-        fc.call_with((1, 2, 3, 0, 0, 0), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 2)), 7)
+        fc.call_with(_head(1, 2, 3), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 2)), 7)
     assert seen == []
 
 
@@ -49,7 +54,7 @@ def test_call_with_without_the_fast_path_calls_the_generic_one():
     got: list = []
     fc = FastCall(lambda *a: got.append(a), ARG_KINDS)
     assert not fc.fast
-    fc.call_with((1, 2, 3, 4, 5, 1), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 1)), 0)
+    fc.call_with(_head(1, 2, 3, 4, 5, 1), tuple(range(len(ARG_KINDS) - HEAD_ARGS - 1)), 0)
     assert len(got) == 1 and [int(v) for v in got[0][:6]] == [1, 2, 3, 4, 5, 1]
 
 

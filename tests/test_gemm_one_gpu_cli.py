@@ -152,7 +152,8 @@ def test_block_inputs_bits_and_an_anchor_that_may_be_missing(monkeypatch):
     mod.launcher(lambda *a: seen.append(a), plan, y, ws, err, lay, 512)(*row)
     mod.launcher(lambda *a: seen.append(a), plan, y, ws, err, lay, 512)(*row[:2])
     assert [a[5] for a in seen] == [bits, 3, 0]
-    assert seen[0][3:5] == (sx.data_ptr(), sw.data_ptr()) and seen[0][8] == 512
+    assert seen[0][3:5] == (sx.data_ptr(), sw.data_ptr()) and seen[0][9] == 512
+    assert all(a[6] == 0 for a in seen)  # the bias address: the plain GEMM takes none
     assert all(a[-1] == 7 for a in seen)
     # torch's anchor: a reason where it raises, None where it runs
     try:

@@ -45,8 +45,8 @@ def test_the_op_call_marks_its_result(monkeypatch):
     for name in ("_require_open", "_require_kernel", "check"):
         monkeypatch.setattr(op, name, lambda: None, raising=False)
     monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a, block=False: (op.plan(M, K, mode, block=block),
-                                                             None, ()), raising=False)
+                        lambda M, K, mode, *a, block=False, bias=False: (
+                            op.plan(M, K, mode, block=block), None, ()), raising=False)
 
     def launch(prepared, x, w, y, *scales):
         y.copy_((x.float() @ w.float().t()).bfloat16())

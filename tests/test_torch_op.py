@@ -71,7 +71,8 @@ def _rows(M: int, world: int, ar: bool) -> int:
 # ------------------------------------------------------------------ schema and registry
 def test_schema():
     ov = torch.ops.rsar.gemm_rsar.default
-    assert str(ov._schema) == "rsar::gemm_rsar(Tensor x, Tensor w, int handle) -> Tensor"
+    assert str(ov._schema) == ("rsar::gemm_rsar(Tensor x, Tensor w, int handle, "
+                               "Tensor? bias=None) -> Tensor")
     assert not ov._schema.is_mutable
     assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.OP_NAME, "CUDA")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.OP_NAME, "Meta")
@@ -332,7 +333,7 @@ def _fp8_inputs(M: int, N: int, K: int, seed: int = 0):
 def test_scaled_schema():
     ov = torch.ops.rsar.gemm_rsar_scaled.default
     assert str(ov._schema) == ("rsar::gemm_rsar_scaled(Tensor x, Tensor w, Tensor x_scale, "
-                               "Tensor w_scale, int handle) -> Tensor")
+                               "Tensor w_scale, int handle, Tensor? bias=None) -> Tensor")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(torch_op.SCALED_OP_NAME, "CUDA")
 
 
