@@ -122,6 +122,11 @@ def parse() -> argparse.Namespace:
                    help="with --dtype e4m3: one scale per operand (default), one per row "
                         "of x and of w, or block-wise (x per row and 128-element k-group, w "
                         "per 128 x 128 block; torch_rs is n/a)")
+    p.add_argument("--bias", action="store_true",
+                   help="also time each path with a bias of N elements: rank 0's GEMM adding "
+                        "it before NCCL (torch.addmm, or scaled_mm's bias; vLLM's "
+                        "RowParallelLinear: mm_rs_b / mm_ar_b) against GemmRsAr with bias= "
+                        "(rsar_rs_b / rsar_ar_b), as rs_b_speedup / ar_b_speedup")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--md", dest="md_path")
     p.add_argument("--png", dest="png_path")
@@ -293,6 +298,27 @@ class Bench:
             "rsar_ar": (ops["ar"], sets),
             "gemm_only": (ops["rs"].gemm_only, sets),
         }
+        if self.args.bias:
+            g = torch.Generator(device=self.dev)
+            g.manual_seed(N)  # every rank the same bias
+            bias = torch.randn(N, generator=g, device=self.dev).to(dt)
+            if self.fp8:
+                def product_b(*a):  # rank 0 adds it to its partial
+                    return product(*a).add_(bias) if self.rank == 0 else product(*a)
+            else:
+                def product_b(x, w):  # vLLM's RowParallelLinear: rank 0's GEMM adds it
+                    return torch.addmm(bias, x, w.t()) if self.rank == 0 else product(x, w)
+
+            def mm_rs_b(*a):
+                dist.reduce_scatter_tensor(rs_out, product_b(*a))
+
+            def mm_ar_b(*a):
+                dist.all_reduce(product_b(*a))
+
+            cols["mm_rs_b"] = (mm_rs_b, padded)
+            cols["mm_ar_b"] = (mm_ar_b, sets)
+            cols["rsar_rs_b"] = (lambda *a: ops["rs"](*a, bias=bias), sets)
+            cols["rsar_ar_b"] = (lambda *a: ops["ar"](*a, bias=bias), sets)
         anchor_why = None
         if self.fp8:
             # the anchor's columns where torch runs these scales at this shape (every rank
@@ -603,6 +629,8 @@ def _ratios(t: dict, row: dict) -> dict:
     ratio("ar_speedup", "mm_ar", "rsar_ar")
     ratio("vs_torch_rs", "torch_rs", "rsar_rs")
     ratio("gemm_vs_cublas", "mm", "gemm_only")
+    ratio("rs_b_speedup", "mm_rs_b", "rsar_rs_b")
+    ratio("ar_b_speedup", "mm_ar_b", "rsar_ar_b")
     tuned = {k: v for k, v in t.items() if k.startswith("gemm_b")}
     if tuned and "mm" in t:
         best = min(tuned, key=tuned.get)
@@ -643,6 +671,10 @@ def markdown(rows: list[dict]) -> str:
     lines.append("")
     for c in RATIOS:
         lines.append(f"- geomean {c}: {geomean([r['ratios'].get(c) for r in rows]):.3f}")
+    for c in ("rs_b_speedup", "ar_b_speedup"):  # --bias: each path with its bias added
+        if any(c in r["ratios"] for r in rows):
+            lines.append(f"- geomean {c} (with a bias): "
+                         f"{geomean([r['ratios'].get(c) for r in rows]):.3f}")
     for r in rows:  # fp8 shapes torch's scaled_mm refused: its columns read "-"
         if r.get("anchor_error"):
             lines.append(f"- M={r['M']} N={r['N']} K={r['K']}: fp8 anchor n/a "

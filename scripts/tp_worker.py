@@ -4,8 +4,10 @@
     mpirun -n 2 python3 scripts/tp_worker.py [--tokens 4096] [--json out.json]
     torchrun --nproc-per-node 2 scripts/tp_worker.py --torchrun [--tokens 4096]
     mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 [--scales block] [--json out.json]
+    mpirun -n 2 python3 scripts/tp_worker.py --bias [--dtype e4m3] [--json out.json]
 
-The block (hidden H, intermediate I, T tokens, bf16): y = down(SiLU(gate(x)) * up(x)).
+The block (hidden H, intermediate I, T tokens, bf16): y = down(SiLU(gate(x)) * up(x)),
+plus b_down with --bias.
 Weights are generated in full from --seed on every rank and each rank keeps its shard:
 gate and up are column-parallel (I/world rows of W_gate and W_up each, fused into one
 (2*I/world, H) GEMM), down is row-parallel (the (H, I/world) column slice of W_down), so
@@ -35,6 +37,16 @@ Each block's or group's largest magnitude maps to fp8's largest value (448). The
 variants are GemmRsAr(input_dtype=float8_e4m3fn) with the scales; gate / up stay bf16.
 The reference then takes each rank's quantized h and shard (dequantized with their
 scales), so the check measures the op and the exchange, not the quantization.
+
+``--bias``: the down projection has a bias, as a row-parallel output projection does
+(Megatron's RowParallelLinear, gpt-oss's attention output): y = down(...) + b_down, b_down
+of H elements drawn from --seed (std 0.5, as large as the outputs, so a bias missing or
+added twice fails the check), bf16 (also with e4m3), the same on every rank. The fused
+variants pass bias=b_down (added once to the reduced sum, in fp32 before rounding; the RS
+call adds it to its shard, then the all-gather); the baselines add it in place after the
+collective, as serving stacks do unfused (y.add_(b_down) after the all_reduce, on the
+shard between the reduce_scatter and the all_gather). The reference adds it too, both
+timings include it, and GemmRsAr.warmup compiles the bias kernels (bias=True).
 
 Every variant's output on every rank is compared with a float32 reference of the whole
 block computed on rank 0's GPU from the full weights (relative error < 2e-2), then each
@@ -228,6 +240,21 @@ def make_weights(seed: int, hidden: int, inter: int, device: Any,
     return w_gate, w_up, w_down
 
 
+BIAS_STD = 0.5  # b_down's std: the block's outputs have a std of about 0.6
+
+
+def make_bias(seed: int, hidden: int, device: Any, dtype: Any = None) -> Any:
+    """b_down: (H,) from ``seed`` (its own stream, so the weights and the input do not
+    change with --bias), identical on every rank, contiguous; std BIAS_STD, of the order of
+    the block's outputs, so that a bias missing or added twice moves them by far more than
+    the tolerance."""
+    import torch
+    g = torch.Generator(device=device)
+    g.manual_seed(seed * 1009 + 3)
+    return (torch.randn(hidden, generator=g, device=device) * BIAS_STD).to(
+        dtype or torch.bfloat16).contiguous()
+
+
 def shard_weights(w_gate: Any, w_up: Any, w_down: Any, rank: int,
                   world: int) -> tuple[Any, Any, Any]:
     """This rank's shards, contiguous: gate/up rows (I/world, H), down columns (H, I/world)."""
@@ -309,10 +336,11 @@ def quantizers(scales: str = "row") -> tuple[Callable[[Any], Any], Callable[[Any
 
 
 def reference_block_fp8(x: Any, w_gate: Any, w_up: Any, w_down: Any, world: int,
-                        scales: str = "row") -> Any:
+                        scales: str = "row", bias: Any = None) -> Any:
     """The block with its down projection on fp8 operands, in float32 from the full weights:
     the sum over ranks of each rank's quantized h and w_down shard, dequantized with their
-    ``scales`` (h computed as each rank computes it, so it quantizes the same way)."""
+    ``scales`` (h computed as each rank computes it, so it quantizes the same way), plus
+    ``bias`` (b_down, (H,)) once where given."""
     from rsar_core.reference import scaled_product
     quant_h, quant_w = quantizers(scales)
     out = None
@@ -325,6 +353,8 @@ def reference_block_fp8(x: Any, w_gate: Any, w_up: Any, w_down: Any, world: int,
         else:
             part = (h8.float() * sh) @ (w8.float() * sw).T
         out = part if out is None else out + part
+    if bias is not None:
+        out = out + bias.float()
     return out
 
 
@@ -342,12 +372,14 @@ def partial_block(x: Any, w_gate_up: Any, w_down_r: Any) -> Any:
     return torch.mm(mlp_hidden(x, w_gate_up), w_down_r.t())
 
 
-def reference_block(x: Any, w_gate: Any, w_up: Any, w_down: Any) -> Any:
-    """The whole block on one device in float32 from the full weights: (T, H) float32."""
+def reference_block(x: Any, w_gate: Any, w_up: Any, w_down: Any, bias: Any = None) -> Any:
+    """The whole block on one device in float32 from the full weights: (T, H) float32,
+    plus ``bias`` (b_down, (H,)) where given."""
     import torch.nn.functional as F
     xf = x.float()
     h = F.silu(xf @ w_gate.float().T) * (xf @ w_up.float().T)
-    return h @ w_down.float().T
+    y = h @ w_down.float().T
+    return y if bias is None else y + bias.float()
 
 
 def padded_rows(tokens: int, world: int) -> int:
@@ -382,8 +414,8 @@ def _reduce_scatter(out: Any, inp: Any) -> None:
 
 
 def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
-                  world: int, w_scale: Any = None,
-                  scales: str = "row") -> dict[str, dict[str, Callable[..., Any]]]:
+                  world: int, w_scale: Any = None, scales: str = "row",
+                  bias: Any = None) -> dict[str, dict[str, Callable[..., Any]]]:
     """name -> {"down": h -> (T, H), "block": () -> (T, H)} for the four variants.
 
     ``down`` is the row-parallel down projection plus its communication, from a ready h;
@@ -392,7 +424,11 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     fp8 ``w_down_r``'s scales, per channel or per 128 x 128 block as ``scales`` says) every
     variant quantizes h first (per token, or per token and 128-element group) and
     multiplies fp8 operands: GemmRsAr with the scales, or torch's scaled_mm
-    (``rsar_core.reference.scaled_mm``: row-wise or block-wise).
+    (``rsar_core.reference.scaled_mm``: row-wise or block-wise). With ``bias`` (b_down,
+    (H,) of the output dtype) the fused calls pass ``bias=`` (GemmRsAr adds it once to the
+    reduced sum) and the baselines add it in place after the reduction (``y.add_``: on the
+    all-reduced output, or on the reduce-scattered shard before the all-gather), so
+    ``down`` includes the bias add in every variant.
     """
     import torch
     import torch.distributed as dist
@@ -400,10 +436,11 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     Tp = padded_rows(T, world)
     local = Tp // world
     dev, dt = x.device, x.dtype
+    bkw = {} if bias is None else {"bias": bias}  # the fused calls' bias=, where there is one
 
     if w_scale is None:
         def fused(op: Any, h: Any) -> Any:
-            return op(h, w_down_r)
+            return op(h, w_down_r, **bkw)
 
         def product(h: Any, out: Any = None) -> Any:
             return torch.mm(h, w_down_r.t(), out=out)
@@ -413,7 +450,7 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
 
         def fused(op: Any, h: Any) -> Any:
             h8, sh = quant_h(h)
-            return op(h8, w_down_r, sh, w_scale)
+            return op(h8, w_down_r, sh, w_scale, **bkw)
 
         def product(h: Any, out: Any = None) -> Any:
             h8, sh = quant_h(h)
@@ -431,6 +468,8 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     def mm_ar(h: Any) -> Any:
         y = product(h)
         dist.all_reduce(y)
+        if bias is not None:
+            y.add_(bias)
         return y
 
     def mm_rs_ag(h: Any) -> Any:
@@ -442,6 +481,8 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
             part[T:].zero_()
         shard = torch.empty(local, H, dtype=dt, device=dev)
         _reduce_scatter(shard, part)
+        if bias is not None:
+            shard.add_(bias)
         full = torch.empty(Tp, H, dtype=dt, device=dev)
         _all_gather(full, shard)
         return full[:T]
@@ -515,6 +556,7 @@ def report_lines(res: dict[str, Any]) -> list[str]:
         f"rank), tokens {c['tokens']} (padded {c['padded_tokens']} for RS), "
         f"{c.get('dtype', 'bf16')}, "
         + (f"{c['scales']} scales, " if c.get("scales") else "")
+        + ("bias b_down, " if c.get("bias") else "")
         + f"seed {c['seed']}; weights identical on all ranks: "
         f"{'yes' if res.get('weights_identical') else 'NO'}",
     ]
@@ -525,6 +567,9 @@ def report_lines(res: dict[str, Any]) -> list[str]:
                         "h per token and 128-element k-group, w_down per 128 x 128 block; "
                         "baselines torch.nn.functional.scaled_mm (BlockWise1x128 x "
                         "BlockWise128x128)"))
+    if c.get("bias"):
+        lines.append("  bias: fused variants pass bias=b_down; baselines add it in place after "
+                     "the collective (y.add_, on the shard before the all-gather)")
     na = set(res.get("unavailable") or ())
     sr = res.get("should_run")
     if sr:
@@ -601,7 +646,10 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
     dtype = block_dtype(args.dtype)
     x = make_input(args.seed, T, H, dev, dtype)
     full = make_weights(args.seed, H, I, dev, dtype)
-    prints = dist_all_gather_object(fingerprint(x, *full))
+    with_bias = bool(getattr(args, "bias", False))
+    # b_down (--bias): the output dtype (bf16 with e4m3 too), the same on every rank
+    b_down = make_bias(args.seed, H, dev, dtype) if with_bias else None
+    prints = dist_all_gather_object(fingerprint(x, *full, *([b_down] if with_bias else [])))
     identical = all(p == prints[0] for p in prints)
     wg_r, wu_r, wd_r = shard_weights(*full, rank, world)
     w_gu = fuse_gate_up(wg_r, wu_r)
@@ -617,7 +665,8 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
                                f"on rank {rank}")
     h0 = mlp_hidden(x, w_gu)
     should = {"ar": bool(op_ar.should_run(h0)), "rs": bool(op_rs.should_run(h0))}
-    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world, w_scale, scales or "row")
+    variants = make_variants(x, w_gu, wd_r, op_ar, op_rs, world, w_scale, scales or "row",
+                             bias=b_down)
     base_why = None
     if fp8:
         # the baselines' scaled matmul, tried once on these operands: where torch refuses
@@ -628,13 +677,14 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
         base_why = next((w for w in whys if w), None)
         del h8, sh
     names = [n for n in VARIANTS if not (base_why and n in BASELINES)]
-    _precompile((op_ar, op_rs), T, wd_r.shape[1], dev, block_scales=scales == "block")
+    _precompile((op_ar, op_rs), T, wd_r.shape[1], dev, block_scales=scales == "block",
+                bias=with_bias)
 
     # Correctness: every variant's block on every rank against rank 0's float32 reference.
     ref = None
     if rank == 0:
-        ref = (reference_block_fp8(x, *full, world, scales) if fp8
-               else reference_block(x, *full))
+        ref = (reference_block_fp8(x, *full, world, scales, bias=b_down) if fp8
+               else reference_block(x, *full, bias=b_down))
     full = None
     checks: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -678,7 +728,7 @@ def run(ctx: dict[str, Any], args: argparse.Namespace) -> tuple[int, dict[str, A
         "config": {"world": world, "launcher": ctx["launcher"], "gpu": ctx["gpu"],
                    "transport": getattr(op_ar, "transport", "?"), "hidden": H, "inter": I,
                    "tokens": T, "padded_tokens": padded_rows(T, world), "seed": args.seed,
-                   "dtype": args.dtype, "scales": scales,
+                   "dtype": args.dtype, "scales": scales, "bias": with_bias,
                    "iters": args.iters, "warmup": args.warmup},
         "tol": TOL, "weights_identical": identical, "should_run": should, "checks": checks,
         "us": us, "summary": summarize(T, us), "clock": ctx.get("clock", "CUDA events"),
@@ -699,16 +749,18 @@ def block_dtype(name: str) -> Any:
 
 
 def _precompile(ops: tuple[Any, ...], M: int, K: int, device: Any,
-                block_scales: bool = False) -> None:
+                block_scales: bool = False, bias: bool = False) -> None:
     """Compile the fused kernels for (M, K) on every rank (``GemmRsAr.warmup``; those of
-    block-wise fp8 scales with ``block_scales``), then meet at a barrier, so that the timed
-    calls never wait on a compile."""
+    block-wise fp8 scales with ``block_scales``, those that add a bias with ``bias``), then
+    meet at a barrier, so that the timed calls never wait on a compile."""
     import torch.distributed as dist
+    kw: dict[str, bool] = {}
+    if block_scales:
+        kw["block_scales"] = True
+    if bias:
+        kw["bias"] = True
     for op in ops:
-        if block_scales:
-            op.warmup([M], K, block_scales=True)
-        else:
-            op.warmup([M], K)
+        op.warmup([M], K, **kw)
     _sync(device)
     dist.barrier()
     _sync(device)
@@ -746,6 +798,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fp8 scales of the down projection (--dtype e4m3 only): row (h per "
                         "token, w_down per output channel) or block (h per token and "
                         "128-element k-group, w_down per 128 x 128 block; sm90)")
+    p.add_argument("--bias", action="store_true",
+                   help="the down projection has a bias b_down (H elements, bf16, from --seed): "
+                        "y = down(...) + b_down; fused: bias=, baselines: an in-place add "
+                        "after the collective")
     p.add_argument("--torchrun", action="store_true",
                    help="started by torchrun: NCCL from its environment, GPU = LOCAL_RANK")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the result here (rank 0)")
@@ -848,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
                "op_ar": op_ar, "op_rs": op_rs, "clock": "CUDA events"}
         if rank == 0:
             sc = f" ({args.scales} scales)" if args.dtype == "e4m3" else ""
+            sc += " + bias" if args.bias else ""
             print(f"{PREFIX} {world} ranks ({ctx['launcher']}), H={args.hidden} "
                   f"I={args.inter} T={args.tokens} {args.dtype}{sc}: checking, then timing ...",
                   flush=True)

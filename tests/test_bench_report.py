@@ -30,6 +30,16 @@ def test_ratios_and_report():
     assert "gemm_b0_s4" in md and "best vs cuBLAS" in md
 
 
+def test_bias_columns_give_their_own_speedups():
+    us = {"mm": 100.0, "mm_rs": 300.0, "rsar_rs": 150.0, "mm_rs_b": 320.0, "rsar_rs_b": 160.0,
+          "mm_ar_b": 450.0, "rsar_ar_b": 150.0}
+    r = _row(4096, us)["ratios"]
+    assert r["rs_b_speedup"] == 2.0 and r["ar_b_speedup"] == 3.0
+    md = bench.markdown([_row(4096, us)])
+    assert "geomean rs_b_speedup (with a bias): 2.000" in md
+    assert "with a bias" not in bench.markdown([_row(4096, {"mm": 1.0, "rsar_rs": 1.0})])
+
+
 def test_geomean_ignores_missing():
     assert bench.geomean([2.0, None, 8.0]) == 4.0
 

@@ -15,6 +15,10 @@
   block without e4m3, and ``run()`` on gloo with block scales: with a baseline matmul that
   runs (a float64 stand-in for torch's block-wise scaled_mm) all four variants pass, with
   one that refuses the baselines are reported n/a with its reason and the fused ones pass.
+- --bias: b_down seeded and of the outputs' magnitude, the references add it once, the fused
+  calls get bias= (in GemmRsAr's contract) and warm up with bias=True, every variant's timed
+  down projection adds it (fused, or in place after the baselines' collective), JSON and
+  report say so; a stand-in that drops the bias or adds it on every rank is caught.
 
 This file doubles as that 2-process child: ``python -m torch.distributed.run ... this_file``.
 """
@@ -45,18 +49,22 @@ class FakeGemmRsAr:
 
     transport = "fake-gloo"
 
-    def __init__(self, all_reduce: bool, broken: bool = False) -> None:
+    def __init__(self, all_reduce: bool, broken: bool = False, bias_fault: str = "") -> None:
         import torch.distributed as dist
-        self.all_reduce, self.broken = all_reduce, broken
+        # bias_fault: "drop" ignores bias=, "twice" adds it on every rank before the sum
+        self.all_reduce, self.broken, self.bias_fault = all_reduce, broken, bias_fault
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.mode = "ar" if all_reduce else "rs"
         self.calls = 0
         self.block_calls = 0
+        self.bias_calls = 0
+        self.bias_sums: list = []  # float64 sums of the biases it was given
         self.prepared: list = []
 
-    def warmup(self, Ms, K: int, *, block_scales: bool = False) -> None:
+    def warmup(self, Ms, K: int, *, block_scales: bool = False, bias: bool = False) -> None:
         # GemmRsAr's compile-ahead step, which the worker runs before the first call
-        self.prepared += [[M, K, self.mode] + (["block"] if block_scales else []) for M in Ms]
+        self.prepared += [[M, K, self.mode] + (["block"] if block_scales else [])
+                          + (["bias"] if bias else []) for M in Ms]
 
     def can_run(self, w) -> bool:
         return w.dim() == 2 and w.is_contiguous()
@@ -70,7 +78,7 @@ class FakeGemmRsAr:
     def close(self) -> None:
         pass
 
-    def __call__(self, x, w, x_scale=None, w_scale=None):
+    def __call__(self, x, w, x_scale=None, w_scale=None, *, out=None, bias=None):
         import torch
         import torch.distributed as dist
         assert x.is_contiguous() and w.is_contiguous(), "GemmRsAr takes contiguous tensors"
@@ -92,17 +100,28 @@ class FakeGemmRsAr:
             p = (x.float() * x_scale.reshape(-1, 1)) @ (w.float() * w_scale.reshape(-1, 1)).T
         else:
             p = x.float() @ w.float().T
-        out = torch.bfloat16 if fp8 else x.dtype
+        out_dt = torch.bfloat16 if fp8 else x.dtype
+        assert out is None, "the worker does not pass out="
+        if bias is not None:  # GemmRsAr's contract (check_bias): (N,) of the result dtype
+            assert bias.dtype == out_dt and tuple(bias.shape) == (w.shape[0],), bias
+            assert bias.is_contiguous() and bias.data_ptr() % 16 == 0
+            self.bias_calls += 1
+            if len(self.bias_sums) < 2:
+                self.bias_sums.append(float(bias.sum(dtype=torch.float64)))
+            if self.bias_fault == "twice":
+                p = p + bias.float()
         if not self.broken:
             dist.all_reduce(p)
+        if bias is not None and self.bias_fault != "drop":
+            p = p + bias.float()  # once, in fp32, to the reduced sum before rounding
         if self.all_reduce:
-            return p.to(out)
+            return p.to(out_dt)
         M = x.shape[0]
         Mp = tpw.padded_rows(M, self.world)
         full = torch.zeros(Mp, p.shape[1])
-        full[:M] = p
+        full[:M] = p  # rows past M stay zero
         local = Mp // self.world
-        return full[self.rank * local:(self.rank + 1) * local].to(out).contiguous()
+        return full[self.rank * local:(self.rank + 1) * local].to(out_dt).contiguous()
 
 
 def _stand_in_scaled_mm(x, w, x_scale, w_scale, out_dtype=None, out=None):
@@ -120,12 +139,37 @@ def _refusing_scaled_mm(*a, **kw):
     raise ValueError("stand-in refusal: block-wise scaled_mm unsupported here\nsecond line")
 
 
+def _down_bias_deltas(args, rank: int, world: int) -> dict:
+    """Each variant's ``down`` (what the worker times) with the bias minus the same without
+    it, from one h, against b_down: name -> max |(with - without) - b_down| (bf16 rounding;
+    about 0.5 where the bias were missing, about 1 where it were added twice)."""
+    import torch
+    dev = torch.device("cpu")
+    dt = tpw.block_dtype(args.dtype)
+    x = tpw.make_input(args.seed, args.tokens, args.hidden, dev, dt)
+    wg, wu, wd = tpw.shard_weights(*tpw.make_weights(args.seed, args.hidden, args.inter, dev,
+                                                     dt), rank, world)
+    w_gu = tpw.fuse_gate_up(wg, wu)
+    w_scale = None
+    if args.dtype == "e4m3":
+        wd, w_scale = tpw.quantizers(args.scales)[1](wd)
+    b = tpw.make_bias(args.seed, args.hidden, dev, dt)
+    ops = (FakeGemmRsAr(True), FakeGemmRsAr(False))
+    plain = tpw.make_variants(x, w_gu, wd, *ops, world, w_scale, args.scales)
+    biased = tpw.make_variants(x, w_gu, wd, *ops, world, w_scale, args.scales, bias=b)
+    h = tpw.mlp_hidden(x, w_gu)
+    return {n: float((biased[n]["down"](h).float() - plain[n]["down"](h).float()
+                      - b.float()).abs().max()) for n in tpw.VARIANTS}
+
+
 def _child() -> int:
     import torch
     import torch.distributed as dist
     from rsar_core import reference
     out_dir = Path(os.environ["TPW_TEST_OUT"])
     broken = os.environ.get("TPW_TEST_BROKEN") == "1"
+    bias = os.environ.get("TPW_TEST_BIAS") == "1"
+    bias_fault = os.environ.get("TPW_TEST_BIAS_FAULT", "")
     # the fp8 baselines' matmul: torch's (""), the float64 stand-in, or one that refuses
     anchor = os.environ.get("TPW_TEST_ANCHOR", "")
     if anchor == "stand-in":
@@ -139,16 +183,23 @@ def _child() -> int:
     args = tpw.parse(["--hidden", hidden, "--inter", inter, "--tokens", "101",
                       "--iters", "3", "--warmup", "1",
                       "--dtype", os.environ.get("TPW_TEST_DTYPE", "bf16"),
-                      "--scales", os.environ.get("TPW_TEST_SCALES", "row")])
+                      "--scales", os.environ.get("TPW_TEST_SCALES", "row")]
+                     + (["--bias"] if bias else []))
     ctx = {"rank": rank, "world": world, "device": torch.device("cpu"), "launcher": "torchrun",
-           "gpu": "CPU", "op_ar": FakeGemmRsAr(True, broken), "op_rs": FakeGemmRsAr(False),
-           "clock": "wall clock"}
+           "gpu": "CPU", "op_ar": FakeGemmRsAr(True, broken, bias_fault),
+           "op_rs": FakeGemmRsAr(False, bias_fault=bias_fault), "clock": "wall clock"}
     code, res = tpw.run(ctx, args)
     calls = {"ar": ctx["op_ar"].calls, "rs": ctx["op_rs"].calls}
     block_calls = {"ar": ctx["op_ar"].block_calls, "rs": ctx["op_rs"].block_calls}
+    bias_calls = {"ar": ctx["op_ar"].bias_calls, "rs": ctx["op_rs"].bias_calls}
+    bias_sums = ctx["op_ar"].bias_sums + ctx["op_rs"].bias_sums
     prepared = ctx["op_ar"].prepared + ctx["op_rs"].prepared
+    down_bias = _down_bias_deltas(args, rank, world) if bias and not bias_fault else None
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"code": code, "calls": calls,
                                                           "block_calls": block_calls,
+                                                          "bias_calls": bias_calls,
+                                                          "bias_sums": bias_sums,
+                                                          "down_bias": down_bias,
                                                           "prepared": prepared}))
     if rank == 0:
         (out_dir / "result.json").write_text(json.dumps(res))
@@ -178,7 +229,8 @@ def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 180
 
 # --------------------------------------------------------------------------- no GPU
 @needs_no_gpu
-@pytest.mark.parametrize("extra", [[], ["--torchrun"], ["--tokens", "100", "--json", "x.json"]])
+@pytest.mark.parametrize("extra", [[], ["--torchrun"], ["--tokens", "100", "--json", "x.json"],
+                                   ["--bias"], ["--bias", "--dtype", "e4m3"]])
 def test_no_gpu_plain_sentence_and_exit_2(extra):
     p = _run([sys.executable, str(SCRIPT), *extra])
     assert p.returncode == tpw.EXIT_CANNOT_RUN == 2, p.stdout + p.stderr
@@ -444,8 +496,10 @@ def test_report_readable():
 
 # --------------------------------------------------------------------------- run() on gloo
 def _gloo_run(tmp_path: Path, broken: bool, dtype: str = "bf16", scales: str = "row",
-              anchor: str = "", sizes: str = "128,256"):
+              anchor: str = "", sizes: str = "128,256", bias: bool = False,
+              bias_fault: str = ""):
     env = _plain_env(TPW_TEST_OUT=str(tmp_path), TPW_TEST_BROKEN="1" if broken else "0",
+                     TPW_TEST_BIAS="1" if bias else "0", TPW_TEST_BIAS_FAULT=bias_fault,
                      TPW_TEST_DTYPE=dtype, TPW_TEST_SCALES=scales, TPW_TEST_ANCHOR=anchor,
                      TPW_TEST_SIZES=sizes, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     p = _torchrun(str(Path(__file__).resolve()), env=env)
@@ -478,6 +532,9 @@ def test_run_end_to_end_on_gloo(tmp_path, dtype):
     assert res["config"]["scales"] == ("row" if dtype == "e4m3" else None)
     assert "baseline_error" not in res and "unavailable" not in res
     assert all(r["block_calls"] == {"ar": 0, "rs": 0} for r in ranks), ranks
+    # without --bias: no bias= reaches the ops, none is compiled, the JSON says so
+    assert res["config"]["bias"] is False and "bias" not in p.stdout
+    assert all(r["bias_calls"] == {"ar": 0, "rs": 0} for r in ranks), ranks
 
 
 def test_run_catches_a_missing_reduction(tmp_path):

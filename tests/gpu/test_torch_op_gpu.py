@@ -189,3 +189,68 @@ def test_compiled_reduce_overhead(comm):
     if counters["inductor"]["cudagraph_skips"] != skips0:
         errors.append("Inductor skipped CUDA graphs for the block")
     _gathered(comm, errors)
+
+
+@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
+def test_bias_layer_compiled_and_in_a_graph(comm, ar):
+    """RowParallelLinear with a bias: opcheck with the bias argument, torch.compile
+    (fullgraph, dynamic) bitwise equal to a direct call with bias=, within TOL of the
+    float32 reference plus the bias, and a captured CUDA graph replayed with fresh inputs."""
+    op = get_op(comm, ar)
+    dev = _dev()
+    K = 192
+    g = torch.Generator(device=dev)
+    g.manual_seed(77)
+    bias = (torch.randn(N, generator=g, device=dev) * 2).to(torch.bfloat16)
+    layer = RowParallelLinear(op, torch.empty(N, K, dtype=torch.bfloat16, device=dev), bias=bias)
+    errors = []
+    x, w = rank_inputs(9100, op.rank, 77, N, K, dev)
+    try:
+        torch.library.opcheck(torch.ops.rsar.gemm_rsar.default, (x, w, layer.handle, bias))
+    except Exception as e:  # noqa: BLE001 - gathered, then raised on every rank
+        errors.append(f"opcheck: {type(e).__name__}: {e}")
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True)
+    for M in (77, 1000):
+        seed = 9200 + M
+        x, w = rank_inputs(seed, op.rank, M, N, K, dev)
+        with torch.no_grad():
+            layer.weight.copy_(w)
+        got = compiled(x)
+        direct = op(x, w, bias=bias)
+        torch.cuda.synchronize()
+        op.check()
+        ref = reference_sum(seed, op.world, M, N, K, dev) + bias.float()
+        ref = ref if ar else rs_rows(ref, op.rank, op.world)
+        if not torch.equal(got, direct):
+            errors.append(f"M={M}: compiled differs from the direct call")
+        rows = M if ar else max(0, min(got.shape[0], M - op.rank * got.shape[0]))
+        err = rel_error(got[:rows], ref[:rows])
+        if not err < TOL:
+            errors.append(f"M={M}: rel error {err:.3g}")
+    M = 256
+    xs = torch.empty(M, K, dtype=torch.bfloat16, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        layer(xs.normal_())  # the variant compiles outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    comm.Barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = layer(xs)
+    for rep in range(3):
+        seed = 9300 + rep
+        x, w = rank_inputs(seed, op.rank, M, N, K, dev)
+        with torch.no_grad():
+            xs.copy_(x)
+            layer.weight.copy_(w)
+        graph.replay()
+        torch.cuda.synchronize()
+        op.check()
+        ref = reference_sum(seed, op.world, M, N, K, dev) + bias.float()
+        ref = ref if ar else rs_rows(ref, op.rank, op.world)
+        err = rel_error(y, ref)
+        if not err < TOL:
+            errors.append(f"replay {rep}: rel error {err:.3g}")
+    _gathered(comm, errors)
