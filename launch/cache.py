@@ -72,8 +72,10 @@ class Variant:
 
 # A thread holds the tile's BN fp32 accumulators and the epilogue's ~40 more registers: the
 # GEMM alone with the TMA store gives its MMA threads 232 (its first warp group only issues
-# copies), a fused kernel 200 (its communication threads keep 104).
-PINGPONG_WIDEST = {"alone": 192, "fused": 128}
+# copies), a fused kernel 200 (its communication threads keep 104) up to 128 wide, 216 at
+# 160 (its communication threads 72: the CTA's pool is 384 x 168 registers, so 192-wide
+# tiles would leave them 56, and spill 0.3-1.9 KB; docs/PERF.md (ag)).
+PINGPONG_WIDEST = {"alone": 192, "fused": 160}
 
 
 def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool,

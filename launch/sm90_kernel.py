@@ -141,7 +141,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         ``pingpong``: each MMA warp group computes whole tiles, the two taking the rounds by
         turns, so one's epilogue runs under the other's mainloop (``launch.pingpong``); a
         thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
-        (its first warp group needs few registers), BN <= 128 beside communication warps.
+        (its first warp group needs few registers), BN <= 160 beside communication warps.
         ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``)."""
         self._use_dtype(dtype, in_dtype)
         self._use_bias(bias, mode)
@@ -230,6 +230,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma):
         self.block_pairs = self.block_scales and mode == "gemm" and self.tma_store
         if self.block_pairs or (self.pingpong and mode == "gemm" and self.tma_store):
             self.producer_regs, self.mma_regs = 40, 232
+        elif self.pingpong and bn > 128:
+            # 160 accumulators a thread beside the communication warps (``PINGPONG_WIDEST``)
+            self.producer_regs, self.mma_regs = 72, 216
         # threads that consume each mainloop stage and fill each ring slot
         self.stage_threads = 128 if self.pingpong else self.num_mma_threads
         self.num_sub = bn // EPI_N

@@ -265,7 +265,7 @@ class GemmRsAr:
         # ``launch.cache.default_tma_store``
         self.force_tma_store: bool | None = None
         # sm90 (an experiment): ping-pong MMA warp groups, whole tiles each by turns
-        # (``launch.pingpong``): tiles up to 192 wide on the GEMM alone, 128 on the fused
+        # (``launch.pingpong``): tiles up to 192 wide on the GEMM alone, 160 on the fused
         # op (``force_bn``), bf16 / fp16, no split-K tail; None / False: cooperative
         self.force_pingpong: bool | None = None
         # sm90: launch variants that record per-CTA event times (``read_trace``)

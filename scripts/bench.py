@@ -91,8 +91,8 @@ def parse() -> argparse.Namespace:
                         "rs_flat: the flat order without them), with the exit without system "
                         "fences (rs_lean / ar_lean), the GEMM alone with its output stored "
                         "by threads, not TMA (gemm_ts0), on ping-pong warp groups "
-                        "(gemm_pp160 / gemm_pp192; 1-CTA 128-wide: rs_pp128 / ar_pp128, "
-                        "against rs_bn128 / ar_bn128), with 1-CTA tiles of each width "
+                        "(gemm_pp160 / gemm_pp192; 1-CTA 128- / 160-wide: rs_pp128 / ar_pp128, "
+                        "rs_pp160 / ar_pp160, against rs_bnW / ar_bnW), with 1-CTA tiles of each width "
                         "(rs_bnW / ar_bnW / gemm_bnW, W 64-256; 160 / 192 leave a partial "
                         "tile at N's edge where they do not divide N) and 64-wide "
                         "peers-first (rs_pf64 / ar_pf64), on 2x1 clusters "
@@ -410,9 +410,10 @@ class Bench:
                 for bn in (128, 160, 192, 224, 256):
                     cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
                                                    bn=bn), sets)
-                # ping-pong warp groups on the same 1-CTA 128-wide plan (launch.pingpong)
-                cols[f"{m}_pp128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
-                                              bn=128, force_pingpong=True), sets)
+                # ping-pong warp groups on the same 1-CTA plans (launch.pingpong)
+                for bn in (128, 160):
+                    cols[f"{m}_pp{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                                                   bn=bn, force_pingpong=True), sets)
             cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True), sets)
             for bn in (128, 256):
                 cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True,

@@ -41,12 +41,13 @@ scales), so the check measures the op and the exchange, not the quantization.
 ``--bias``: the down projection has a bias, as a row-parallel output projection does
 (Megatron's RowParallelLinear, gpt-oss's attention output): y = down(...) + b_down, b_down
 of H elements drawn from --seed (std 0.5, as large as the outputs, so a bias missing or
-added twice fails the check), bf16 (also with e4m3), the same on every rank. The fused
-variants pass bias=b_down (added once to the reduced sum, in fp32 before rounding; the RS
-call adds it to its shard, then the all-gather); the baselines add it in place after the
-collective, as serving stacks do unfused (y.add_(b_down) after the all_reduce, on the
-shard between the reduce_scatter and the all_gather). The reference adds it too, both
-timings include it, and GemmRsAr.warmup compiles the bias kernels (bias=True).
+added twice fails the check), of the block's dtype (bf16, also with e4m3), the same on
+every rank. The fused variants pass bias=b_down (added once to the reduced sum, in fp32
+before rounding; the RS call adds it to its shard, then the all-gather); the baselines
+add it to rank 0's partial before the collective, as vLLM's RowParallelLinear does
+(torch.addmm on rank 0; fp8: an in-place add to rank 0's scaled_mm output). The
+reference adds it too, both timings include it, and GemmRsAr.warmup compiles the bias
+kernels (bias=True).
 
 Every variant's output on every rank is compared with a float32 reference of the whole
 block computed on rank 0's GPU from the full weights (relative error < 2e-2), then each
@@ -426,9 +427,10 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     multiplies fp8 operands: GemmRsAr with the scales, or torch's scaled_mm
     (``rsar_core.reference.scaled_mm``: row-wise or block-wise). With ``bias`` (b_down,
     (H,) of the output dtype) the fused calls pass ``bias=`` (GemmRsAr adds it once to the
-    reduced sum) and the baselines add it in place after the reduction (``y.add_``: on the
-    all-reduced output, or on the reduce-scattered shard before the all-gather), so
-    ``down`` includes the bias add in every variant.
+    reduced sum) and the baselines add it to rank 0's partial before the collective, as
+    vLLM's RowParallelLinear does (bf16 / fp16: rank 0's GEMM is ``torch.addmm``; fp8: an
+    in-place add to rank 0's scaled_mm output), so ``down`` includes the bias in every
+    variant.
     """
     import torch
     import torch.distributed as dist
@@ -438,11 +440,14 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     dev, dt = x.device, x.dtype
     bkw = {} if bias is None else {"bias": bias}  # the fused calls' bias=, where there is one
 
+    first = bias is not None and dist.get_rank() == 0  # the rank whose partial takes the bias
     if w_scale is None:
         def fused(op: Any, h: Any) -> Any:
             return op(h, w_down_r, **bkw)
 
         def product(h: Any, out: Any = None) -> Any:
+            if first:
+                return torch.addmm(bias, h, w_down_r.t(), out=out)
             return torch.mm(h, w_down_r.t(), out=out)
     else:
         from rsar_core.reference import scaled_mm
@@ -454,7 +459,8 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
 
         def product(h: Any, out: Any = None) -> Any:
             h8, sh = quant_h(h)
-            return scaled_mm(h8, w_down_r, sh, w_scale, dt, out=out)
+            y = scaled_mm(h8, w_down_r, sh, w_scale, dt, out=out)
+            return y.add_(bias) if first else y
 
     def fused_ar(h: Any) -> Any:
         return fused(op_ar, h)
@@ -468,8 +474,6 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
     def mm_ar(h: Any) -> Any:
         y = product(h)
         dist.all_reduce(y)
-        if bias is not None:
-            y.add_(bias)
         return y
 
     def mm_rs_ag(h: Any) -> Any:
@@ -481,8 +485,6 @@ def make_variants(x: Any, w_gate_up: Any, w_down_r: Any, op_ar: Any, op_rs: Any,
             part[T:].zero_()
         shard = torch.empty(local, H, dtype=dt, device=dev)
         _reduce_scatter(shard, part)
-        if bias is not None:
-            shard.add_(bias)
         full = torch.empty(Tp, H, dtype=dt, device=dev)
         _all_gather(full, shard)
         return full[:T]
@@ -568,8 +570,8 @@ def report_lines(res: dict[str, Any]) -> list[str]:
                         "baselines torch.nn.functional.scaled_mm (BlockWise1x128 x "
                         "BlockWise128x128)"))
     if c.get("bias"):
-        lines.append("  bias: fused variants pass bias=b_down; baselines add it in place after "
-                     "the collective (y.add_, on the shard before the all-gather)")
+        lines.append("  bias: fused variants pass bias=b_down; baselines add it to rank 0's "
+                     "partial before the collective (torch.addmm; fp8: an add), as vLLM does")
     na = set(res.get("unavailable") or ())
     sr = res.get("should_run")
     if sr:
@@ -799,9 +801,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "token, w_down per output channel) or block (h per token and "
                         "128-element k-group, w_down per 128 x 128 block; sm90)")
     p.add_argument("--bias", action="store_true",
-                   help="the down projection has a bias b_down (H elements, bf16, from --seed): "
-                        "y = down(...) + b_down; fused: bias=, baselines: an in-place add "
-                        "after the collective")
+                   help="the down projection has a bias b_down (H elements of the block's dtype, "
+                        "bf16 with e4m3, from --seed): "
+                        "y = down(...) + b_down; fused: bias=, baselines: rank 0's partial "
+                        "takes it before the collective (torch.addmm), as vLLM's "
+                        "RowParallelLinear")
     p.add_argument("--torchrun", action="store_true",
                    help="started by torchrun: NCCL from its environment, GPU = LOCAL_RANK")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the result here (rank 0)")

@@ -20,11 +20,17 @@ PP_VARIANTS = [
     Variant("sm_90a", 160, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, pingpong=1),
     Variant("sm_90a", 192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1,
             dtype="f16"),
-    # beside the communication warps: 128 wide
+    # beside the communication warps: 128 wide at 104 / 200 registers, 160 at 72 / 216
     Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1, pingpong=1),
     Variant("sm_90a", 128, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
             pingpong=1),
+    Variant("sm_90a", 160, 2, "rs", "unicast", push="tma", pdl=1, prefetch=1, pingpong=1),
+    Variant("sm_90a", 160, 2, "ar", "unicast", 2, push="tma_all", pdl=1, prefetch=1,
+            pingpong=1),
 ]
+# spill stores ptxas may report: the communication threads at 72 registers spill a few
+# words outside their loops (PERF.md (ag)); everything else none
+SPILL_LIMIT = {("rs", 160): 64, ("ar", 160): 64}
 
 
 def _ptxas(ptx: str, tmp_path) -> str:
@@ -52,27 +58,32 @@ def test_pingpong_variant_ptx(ptx_of, v, tmp_path):
     # no wgmma serialized (a branch ptxas cannot prove uniform: C7520), none spilled
     for code in ("C7514", "C7517", "C7520"):
         assert code not in log, log[-2000:]
-    assert " 0 bytes spill stores" in log, log[-2000:]
+    spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+    assert spilled <= SPILL_LIMIT.get((v.mode, v.bn), 0), log[-2000:]
 
 
 def test_pingpong_register_split():
     """The GEMM alone with the TMA store gives the MMA threads 232 registers (its first warp
-    group only issues copies); fused kernels keep 104 / 200. One warp group consumes each
-    mainloop stage and fills each ring slot."""
+    group only issues copies); fused kernels keep 104 / 200 up to 128 wide and take 72 / 216
+    at 160. None exceeds the CTA's pool of 384 x 168 registers. One warp group consumes
+    each mainloop stage and fills each ring slot."""
     from launch.sm90_kernel import Sm90FusedKernel
     alone = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1)
     assert (alone.producer_regs, alone.mma_regs, alone.stage_threads) == (40, 232, 128)
-    assert 128 * alone.producer_regs + 256 * alone.mma_regs <= 65536
     fused = Sm90FusedKernel(128, 2, "rs", "unicast", push="tma", pingpong=1)
     assert (fused.producer_regs, fused.mma_regs, fused.stage_threads) == (104, 200, 128)
+    wide = Sm90FusedKernel(160, 2, "ar", "unicast", push="tma_all", pingpong=1)
+    assert (wide.producer_regs, wide.mma_regs) == (72, 216)
+    for k in (alone, fused, wide):
+        assert 128 * k.producer_regs + 256 * k.mma_regs <= 384 * 168
     coop = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1)
     assert (coop.producer_regs, coop.mma_regs, coop.stage_threads) == (104, 200, 256)
 
 
 @pytest.mark.parametrize("kw,why", [
     ({"bn": 224, "mode": "gemm", "tma_store": 1}, "at most 192"),
-    ({"bn": 192, "mode": "gemm", "tma_store": 0}, "at most 128"),
-    ({"bn": 160, "mode": "rs"}, "beside communication warps"),
+    ({"bn": 192, "mode": "gemm", "tma_store": 0}, "at most 160"),
+    ({"bn": 192, "mode": "rs"}, "beside communication warps"),
     ({"bn": 128, "mode": "gemm", "tma_store": 1, "in_dtype": "e4m3"}, "bf16 / fp16"),
     ({"bn": 128, "mode": "gemm", "tma_store": 1, "sk": 1}, "split-K"),
     ({"bn": 128, "mode": "gemm", "tma_store": 1, "trace": 1}, "traces"),

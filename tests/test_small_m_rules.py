@@ -356,7 +356,7 @@ def test_lean_exit_knob(variants):
 
 def test_pingpong_knob(variants):
     """``force_pingpong``: off unless forced; forced, it reaches the variant where the plan's
-    width fits (192 on the GEMM alone, 128 fused), turns the split-K tail off in the plan,
+    width fits (192 on the GEMM alone, 160 fused), turns the split-K tail off in the plan,
     and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
@@ -366,7 +366,7 @@ def test_pingpong_knob(variants):
     for M in (300, 4096):
         plan, _ = op._plan_and_kernel(M, 9216, "gemm")
         assert variants[-1].pingpong == 1 and variants[-1].bn == 192 and not plan.sk
-    with pytest.raises(RsarValueError, match="at most 128"):
+    with pytest.raises(RsarValueError, match="at most 160"):
         op._plan_and_kernel(4096, 1024, "rs")
     op.force_bn = 128
     op._plan_and_kernel(4096, 1024, "rs")

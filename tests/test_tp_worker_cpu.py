@@ -17,7 +17,7 @@
   one that refuses the baselines are reported n/a with its reason and the fused ones pass.
 - --bias: b_down seeded and of the outputs' magnitude, the references add it once, the fused
   calls get bias= (in GemmRsAr's contract) and warm up with bias=True, every variant's timed
-  down projection adds it (fused, or in place after the baselines' collective), JSON and
+  down projection adds it (fused, or on rank 0's partial before the baselines' collective), JSON and
   report say so; a stand-in that drops the bias or adds it on every rank is caught.
 
 This file doubles as that 2-process child: ``python -m torch.distributed.run ... this_file``.
@@ -112,7 +112,7 @@ class FakeGemmRsAr:
                 p = p + bias.float()
         if not self.broken:
             dist.all_reduce(p)
-        if bias is not None and self.bias_fault != "drop":
+        if bias is not None and not self.bias_fault:
             p = p + bias.float()  # once, in fp32, to the reduced sum before rounding
         if self.all_reduce:
             return p.to(out_dt)
@@ -808,3 +808,123 @@ def test_run_block_scales_with_this_torch_on_gloo(tmp_path):
         assert res["baseline_error"] in p.stdout
     else:
         _block_run_checks(p, ranks, res, tpw.VARIANTS)
+
+
+# --------------------------------------------------------------------------- --bias
+def test_bias_option_parses():
+    assert tpw.parse([]).bias is False
+    assert tpw.parse(["--bias"]).bias is True
+    assert tpw.parse(["--bias", "--dtype", "e4m3", "--scales", "block"]).bias is True
+    p = _run([sys.executable, str(SCRIPT), "--help"])
+    assert p.returncode == 0 and "--bias" in p.stdout and "b_down" in p.stdout
+    usage = tpw.__doc__.split("\n\n")[1]  # the usage lines at the top show the flag
+    assert "mpirun -n 2 python3 scripts/tp_worker.py --bias" in usage
+
+
+def test_bias_seeded_of_the_outputs_magnitude(full32):
+    import torch
+    cpu = torch.device("cpu")
+    b = tpw.make_bias(3, H, cpu)
+    assert b.shape == (H,) and b.dtype == torch.bfloat16 and b.is_contiguous()
+    assert b.data_ptr() % 16 == 0
+    assert torch.equal(b, tpw.make_bias(3, H, cpu)) and not torch.equal(b, tpw.make_bias(4, H, cpu))
+    assert tpw.make_bias(3, H, cpu, torch.float16).dtype == torch.float16
+    # its own stream: the weights and the input are those of a run without --bias
+    x, wg, wu, wd = full32
+    assert torch.equal(x, tpw.make_input(3, T, H, cpu, torch.float32))
+    assert all(torch.equal(a, c) for a, c in
+               zip((wg, wu, wd), tpw.make_weights(3, H, I, cpu, torch.float32)))
+    b32 = tpw.make_bias(3, H, cpu, torch.float32)
+    assert not any(torch.equal(b32, t[0, :H]) for t in (wg, wu, wd))
+    # as large as the outputs: a bias missing or added twice fails the check by far
+    ref = tpw.reference_block(x, wg, wu, wd)
+    assert 0.5 * float(ref.std()) < float(b32.std()) < 2 * float(ref.std())
+    with_b = tpw.reference_block(x, wg, wu, wd, bias=b32)
+    assert tpw.rel_error(ref, with_b) > 10 * tpw.TOL
+    assert tpw.rel_error(with_b + b32, with_b) > 10 * tpw.TOL
+
+
+def test_references_add_the_bias_once(full32):
+    import torch
+    x, wg, wu, wd = full32
+    b = tpw.make_bias(3, H, torch.device("cpu"))
+    ref = tpw.reference_block(x, wg, wu, wd)
+    torch.testing.assert_close(tpw.reference_block(x, wg, wu, wd, bias=b), ref + b.float())
+    assert tpw.reference_block(x, wg, wu, wd, bias=None).equal(ref)
+    xb = tpw.make_input(3, 9, 256, torch.device("cpu"))
+    full = tpw.make_weights(3, 256, 512, torch.device("cpu"))
+    b2 = tpw.make_bias(3, 256, torch.device("cpu"))
+    for scales in tpw.SCALE_MODES:
+        ref8 = tpw.reference_block_fp8(xb, *full, 2, scales)
+        got = tpw.reference_block_fp8(xb, *full, 2, scales, bias=b2)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, ref8 + b2.float())
+
+
+def test_report_and_json_say_bias():
+    res = _result()
+    res["config"]["bias"] = True
+    text = "\n".join(tpw.report_lines(res))
+    assert "(padded 4096 for RS), bf16, bias b_down, seed 0" in text
+    assert "fused variants pass bias=b_down; baselines add it to rank 0's" in text
+    assert json.loads(json.dumps(res))["config"]["bias"] is True
+    res["config"]["bias"] = False
+    assert "bias" not in "\n".join(tpw.report_lines(res))
+
+
+def _bias_run_checks(p, ranks, res, names, hidden: int, block: bool = False):
+    """A --bias run whose variants all pass: bias= reached every fused call (in the op's
+    contract: the fake asserts it), the same b_down on every rank, warm-up compiled the
+    bias kernels, and every variant's timed down projection adds b_down once."""
+    import torch
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert [r["code"] for r in ranks] == [0, 0], out
+    assert res["ok"] and res["weights_identical"] and res["config"]["bias"] is True
+    n_calls = 1 + 2 * 4  # correctness once + (warmup + iters) for block and for down
+    assert all(r["calls"] == r["bias_calls"] == {"ar": n_calls, "rs": n_calls}
+               for r in ranks), ranks
+    b_sum = float(tpw.make_bias(0, hidden, torch.device("cpu")).sum(dtype=torch.float64))
+    assert all(r["bias_sums"] == [b_sum] * 4 for r in ranks), ranks
+    tag = ["block", "bias"] if block else ["bias"]
+    K = res["config"]["inter"] // 2
+    assert all(r["prepared"] == [[101, K, "ar", *tag], [101, K, "rs", *tag]]
+               for r in ranks), ranks
+    for r in ranks:  # the timed `down` of every variant, baselines too, adds b_down once
+        assert sorted(r["down_bias"]) == sorted(tpw.VARIANTS)
+        assert all(d < 0.1 for d in r["down_bias"].values()), r["down_bias"]
+    assert sorted(res["checks"]) == sorted(names)
+    for n in names:
+        c = res["checks"][n]
+        assert c["ok"] and max(c["rel_err"]) < 1e-2 and c["rank_diff"] == 0.0, c
+        assert res["us"][n]["block"] > 0 and res["us"][n]["down"] > 0
+    assert f"all {len(names)} checks passed" in p.stdout and "bias b_down" in p.stdout
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_run_with_bias_end_to_end_on_gloo(tmp_path, dtype):
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype=dtype, bias=True)
+    _bias_run_checks(p, ranks, res, tpw.VARIANTS, 128)
+    assert res["config"]["dtype"] == dtype
+
+
+def test_run_with_bias_block_scales_on_gloo(tmp_path):
+    p, ranks, res = _gloo_run(tmp_path, broken=False, dtype="e4m3", scales="block",
+                              anchor="stand-in", sizes="200,512", bias=True)
+    _bias_run_checks(p, ranks, res, tpw.VARIANTS, 200, block=True)
+    assert all(r["block_calls"] == r["calls"] for r in ranks), ranks
+
+
+@pytest.mark.parametrize("fault", ["drop", "twice"])
+def test_run_with_bias_catches_a_wrong_bias(tmp_path, fault):
+    # a fused op that ignores bias= or adds it on every rank fails; the baselines (their
+    # rank 0's partial taking it before the collective) pass against the reference that adds it once
+    p, ranks, res = _gloo_run(tmp_path, broken=False, bias=True, bias_fault=fault)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert [r["code"] for r in ranks] == [1, 1], out
+    assert not res["ok"]
+    for n in ("fused_ar", "fused_rs_ag"):
+        assert not res["checks"][n]["ok"] and min(res["checks"][n]["rel_err"]) > 0.1
+    assert res["checks"]["mm_ar"]["ok"] and res["checks"]["mm_rs_ag"]["ok"]
+    assert "2 of 4 checks FAILED" in p.stdout

@@ -39,11 +39,13 @@ def test_gemm_only_pingpong(comm, M, N, K, bn, cta_group):
                                    {"force_peers_first": True, "force_flat": True}],
                          ids=["c1", "c2", "pf", "flat"])
 @pytest.mark.parametrize("M,K", [(1, 64), (300, 1024), (1000, 4096), (2048, 1024)])
-def test_fused_pingpong(comm, M, K, force, ar):
-    """The fused op on 128-wide tiles: against the float64 sum, then bitwise against the
-    cooperative kernel on the same plan."""
+@pytest.mark.parametrize("bn", [128, 160])
+def test_fused_pingpong(comm, M, K, force, ar, bn):
+    """The fused op on 128-wide tiles (104 / 200 registers) and 160-wide ones (72 / 216;
+    at N=7168 a partial last tile column): against the float64 sum, then bitwise against
+    the cooperative kernel on the same plan."""
     op = get_op(comm, 7168, ar)
-    force = {"force_bn": 128, "force_cta_group": 1, **force}
+    force = {"force_bn": bn, "force_cta_group": 1, **force}
     with knobs(op, force_pingpong=True, **force):
         check(op, seed=M + K + int(ar), M=M, K=K)
         x, w = rank_inputs(M * 5 + K, op.rank, M, op.N, K, _dev())
@@ -62,6 +64,6 @@ def test_pingpong_refuses_wide_tiles_before_launch(comm):
     with knobs(op, force_pingpong=True, force_bn=256):
         with pytest.raises(RsarValueError, match="at most 192"):
             op.gemm_only(x, w)
-        with pytest.raises(RsarValueError, match="at most 128"):
+        with pytest.raises(RsarValueError, match="at most 160"):
             op(x, w)
     check(op, seed=12, M=4096, K=1024)
