@@ -20,6 +20,7 @@ from rsar_core import RsarTypeError, RsarValueError, UnsupportedError, gemm_rsar
 from rsar_core.reference import rs_rows
 from rsar_core.torch_op import RowParallelLinear, register, unregister
 from rsar_core.validate import check_bias, check_out
+from torch_op_fixtures import _cpu_kernel, _fresh_dynamo  # noqa: F401 (autouse)
 
 CPU = torch.device("cpu")
 N = 128
@@ -252,23 +253,6 @@ class BiasStandIn:
         if not self.all_reduce:
             full = rs_rows(full, 0, self.world)
         return full.to(self.dtype).contiguous()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cpu_kernel():
-    """The CUDA kernel (registry lookup + call) for CPU tensors too; once per process."""
-    for name, opdef in ((torch_op.OP_NAME, torch_op._gemm_rsar),
-                        (torch_op.SCALED_OP_NAME, torch_op._gemm_rsar_scaled)):
-        if "cpu" not in opdef._backend_fns:
-            torch.library.register_kernel(name, "cpu", opdef._init_fn)
-    yield
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_the_schemas_take_an_optional_bias_last():

@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from rsar_core import torch_op
 from rsar_core.reference import rs_rows, scaled_product
 from rsar_core.torch_op import RowParallelLinear, gemm_rsar, lookup, register, unregister
+from torch_op_fixtures import _cpu_kernel, _fresh_dynamo  # noqa: F401 (autouse)
 
 
 class StandIn:
@@ -37,23 +38,6 @@ class StandIn:
         if not self.all_reduce:
             full = rs_rows(full, self.rank, self.world)
         return full.to(self.dtype).contiguous()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cpu_kernel():
-    """The CUDA kernel (registry lookup + call) for CPU tensors too; once per process."""
-    for name, opdef in ((torch_op.OP_NAME, torch_op._gemm_rsar),
-                        (torch_op.SCALED_OP_NAME, torch_op._gemm_rsar_scaled)):
-        if "cpu" not in opdef._backend_fns:
-            torch.library.register_kernel(name, "cpu", opdef._init_fn)
-    yield
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _inputs(M: int, N: int, K: int, seed: int = 0,
