@@ -345,7 +345,8 @@ class GemmRsAr:
         added once, in fp32, to the reduced sum before its rounding (as Megatron's
         RowParallelLinear and torch._scaled_mm(bias=) add it): sum_r x_r @ w_r.T + bias, RS
         rows past M still zero. Such calls run their own kernel variants
-        (``warmup(..., bias=True)``), so every rank passes a bias or none at the same call."""
+        (``warmup(..., bias=True)``), so every rank passes a bias or none at the same call,
+        and the same values: a sum may be taken on any rank, with that rank's bias."""
         self._require_open()
         self._require_kernel()
         check_call(x, w, self.max_M, self.N, self.device, self.input_dtype)
