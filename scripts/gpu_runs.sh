@@ -14,6 +14,11 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
+#   new     (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at 128 / 160
+#           wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 / rs_pp160
+#           against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates, then a bias
+#           (bench.py --bias: rank 0's torch.addmm + NCCL against bias=, and rsar_rs_b against
+#           rsar_rs for its own cost), then the MLP block with a biased down projection
 #   fp8     (2 GPUs) fp8 operands: the fp8 suite, then the quick grid against torch._scaled_mm
 #           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand,
 #           per-row and block-wise scales (bench.py --dtype e4m3), and the MLP block with an
@@ -26,7 +31,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-[ $# -gt 0 ] || { echo "no STEP given (cache, sweep, grid, checks, gemm1, fp8)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "no STEP given (cache, sweep, grid, checks, gemm1, new, fp8)" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)  # the steps run from the repository root
 cd "$(dirname "$0")/.."
@@ -36,13 +41,15 @@ step() {  # name limit command...
   echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|geomean|rsar' "$out/$name.log" | tail -1)"
 }
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
+PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn128,ar_pp128,ar_bn160,ar_pp160
+BIAS=mm_rs,rsar_rs,mm_rs_b,rsar_rs_b,mm_ar,rsar_ar,mm_ar_b,rsar_ar_b
 for s in "$@"; do
   case $s in
     cache)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
       step cache 300 python3 scripts/precompile.py --arch "$arch" --world 2 \
-        --transports unicast --dtypes bf16,f16,e4m3,e4m3-block --out "$RSAR_KERNEL_CACHE" \
+        --transports unicast --dtypes bf16,f16,e4m3,e4m3-block --bias --out "$RSAR_KERNEL_CACHE" \
         --from-log tests/gpu/variants.jsonl ;;
     sweep)
       for seed in 1 2; do
@@ -57,6 +64,14 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
+    new)
+      step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
+        --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
+        --json "$out/pingpong.json" --md "$out/pingpong.md"
+      step bias 300 mpirun -n 2 python3 scripts/bench.py --bias --only "$BIAS" \
+        --N 7168 8192 --K 1024 4096 --M 128 512 2048 8192 --iters 30 --blocks 3 \
+        --json "$out/bias.json" --md "$out/bias.md"
+      step tp_bias 120 mpirun -n 2 python3 scripts/tp_worker.py --bias --json "$out/tp_bias.json" ;;
     fp8)
       step fp8_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py
       for sc in tensor row block; do
@@ -66,6 +81,6 @@ for s in "$@"; do
       done
       step fp8_tp 120 mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 --json "$out/fp8_tp.json" ;;
     *)
-      echo "unknown step $s (cache, sweep, grid, checks, gemm1, fp8)" >&2; exit 2 ;;
+      echo "unknown step $s (cache, sweep, grid, checks, gemm1, new, fp8)" >&2; exit 2 ;;
   esac
 done

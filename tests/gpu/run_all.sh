@@ -30,17 +30,19 @@ if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
   logged=(--from-log tests/gpu/variants.jsonl)
   [ -s "$RSAR_VARIANT_LOG" ] && logged+=(--from-log "$RSAR_VARIANT_LOG")
   run precompile 600 python3 scripts/precompile.py --arch "$arch" --world "$W" \
-    --transports unicast --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
+    --transports unicast --bias --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
 fi
 [ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n "$W" $P tests/gpu/test_fused_gpu.py
 run partial 300 mpirun -n "$W" $P tests/gpu/test_partial_tiles_gpu.py
 run pingpong 300 mpirun -n "$W" $P tests/gpu/test_pingpong_gpu.py
 run early_copy 90 mpirun -n "$W" $P tests/gpu/test_early_copy_gpu.py
+run bias 240 mpirun -n "$W" $P tests/gpu/test_bias_gpu.py
 run f16 300 mpirun -n "$W" $P tests/gpu/test_f16_gpu.py
 run fp8 420 mpirun -n "$W" $P tests/gpu/test_fp8_gpu.py
 run embedding 150 mpirun -n "$W" $P tests/gpu/test_embedding_gpu.py
 run torch_op 120 mpirun -n "$W" $P tests/gpu/test_torch_op_gpu.py
 run symmetric 60 mpirun -n "$W" $P tests/gpu/test_symmetric_gpu.py
 run tp_mpirun 90 mpirun -n "$W" python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
+run tp_bias 90 mpirun -n "$W" python3 scripts/tp_worker.py --bias --json "$out/tp_bias.json"
 run tp_torchrun 90 torchrun --nproc-per-node "$W" scripts/tp_worker.py --torchrun
 run demo 60 mpirun -n 2 python3 scripts/demo.py
