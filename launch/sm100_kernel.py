@@ -53,7 +53,7 @@ _SMEM_BYTES = 232448  # sm_100 dynamic shared memory per block
 
 
 class Sm100FusedKernel(CommWarps):
-    """One compiled variant: (BN, world, mode, transport, cta_group, dtype, in_dtype)."""
+    """One compiled variant: (BN, world, mode, transport, cta_group, dtype, in_dtype, bias)."""
 
     def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
                  dtype: str = "bf16", in_dtype: str = "", bias: int = 0) -> None:
