@@ -104,17 +104,19 @@ def test_fp16(comm, M, K, ar):
     check_bias(get_op(comm, 7168, ar, dtype=torch.float16), seed=M + K + 1, M=M, K=K)
 
 
-@pytest.mark.parametrize("per_row", [False, True], ids=["tensor", "row"])
+@pytest.mark.parametrize("scales", ["tensor", "row", "block"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("M,K", [(1, 1024), (1000, 4096)])
-def test_fp8(comm, M, K, ar, per_row):
-    """fp8 operands: the scaled partials' sum plus the bias (torch._scaled_mm(bias=)'s
-    result, summed over ranks with the bias once)."""
+def test_fp8(comm, M, K, ar, scales):
+    """fp8 operands, one scale each, per row or block-wise: the scaled partials' sum plus
+    the bias (torch._scaled_mm(bias=)'s result, summed over ranks with the bias once)."""
     op = get_op(comm, 7168, ar, max_M=4096, input_dtype=FP8)
-    x, w, sx, sw = rank_fp8_inputs(M + K, op.rank, M, op.N, K, _dev(), per_row)
+    per_row, block = scales != "tensor", scales == "block"
+    x, w, sx, sw = rank_fp8_inputs(M + K, op.rank, M, op.N, K, _dev(), per_row, block)
     b = _bias(M + K, op.N, op.dtype)
     y = _poisoned(op, x, w, sx, sw, bias=b)
-    ref = reference_fp8_sum(M + K, op.world, M, op.N, K, _dev(), per_row) + b.double()
+    ref = (reference_fp8_sum(M + K, op.world, M, op.N, K, _dev(), per_row, block)
+           + b.double())
     check_result(op, y, ref, M, K)
 
 
