@@ -1,7 +1,11 @@
 """PTX checks every kernel variant shares, whatever computed its tiles (wgmma or tcgen05)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from typing import Any
+
+import pytest
 
 
 def assert_protocol_ptx(ptx: str, v: Any) -> None:
@@ -24,3 +28,17 @@ def assert_protocol_ptx(ptx: str, v: Any) -> None:
             assert "multimem.st" not in ptx
     else:
         assert "multimem" not in ptx
+
+
+def ptxas_log(ptx: str, tmp_path: Any, arch: str = "sm_90a") -> str:
+    """ptxas -v's report on ``ptx`` (spills, registers, wgmma serialization notes such as
+    C7514 / C7517 / C7520); skips the test where no ptxas is installed."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas here")
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stderr

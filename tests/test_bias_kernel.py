@@ -4,8 +4,6 @@ nothing spilled and every wgmma asynchronous; plain GEMM kernels refuse one."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import replace
 
 import pytest
@@ -14,6 +12,7 @@ pytest.importorskip("cutlass")
 
 from launch.cache import Variant, kernel_for  # noqa: E402
 from launch.disk_cache import entry_name  # noqa: E402
+from ptx_checks import ptxas_log  # noqa: E402
 
 BIASED = [
     # the defaults' shapes: RS with the reductions' prefetch, push-all AR
@@ -26,18 +25,6 @@ BIASED = [
 ]
 
 
-def _ptxas(ptx: str, arch: str, tmp_path) -> str:
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        pytest.skip("no ptxas here")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stderr
-
-
 @pytest.mark.parametrize("v", BIASED, ids=lambda v: v.describe().replace(" ", "-"))
 def test_bias_read_by_the_sums(ptx_of, v, tmp_path):
     ptx = ptx_of(v)
@@ -45,7 +32,7 @@ def test_bias_read_by_the_sums(ptx_of, v, tmp_path):
     # one 16-byte bias read per 16-byte chunk a sum produces: at least one per sub-tile
     assert loads >= v.bn // 32, loads
     assert "ld.global.nc.v4" not in ptx_of(replace(v, bias=0))
-    log = _ptxas(ptx, v.arch, tmp_path)
+    log = ptxas_log(ptx, tmp_path, v.arch)
     for code in ("C7514", "C7517", "C7520"):
         assert code not in log, log[-2000:]
     assert " 0 bytes spill stores" in log, log[-2000:]

@@ -4,8 +4,6 @@ its tiles and handing the epilogue over by named barriers; what cannot fit is re
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -13,6 +11,7 @@ pytest.importorskip("cutlass")
 
 from launch.cache import Variant  # noqa: E402
 from launch.cache import PINGPONG_WIDEST as WIDEST, pingpong_refusal  # noqa: E402
+from ptx_checks import ptxas_log  # noqa: E402
 
 PP_VARIANTS = [
     # the GEMM alone with the TMA store: up to 192 wide (232 registers an MMA thread)
@@ -33,18 +32,6 @@ PP_VARIANTS = [
 SPILL_LIMIT = {("rs", 160): 64, ("ar", 160): 64}
 
 
-def _ptxas(ptx: str, tmp_path) -> str:
-    ptxas = shutil.which("ptxas")
-    if ptxas is None:
-        pytest.skip("no ptxas here")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stderr
-
-
 @pytest.mark.parametrize("v", PP_VARIANTS, ids=lambda v: v.describe().replace(" ", "-"))
 def test_pingpong_variant_ptx(ptx_of, v, tmp_path):
     ptx = ptx_of(v)
@@ -54,7 +41,7 @@ def test_pingpong_variant_ptx(ptx_of, v, tmp_path):
     # the mainloop's and the epilogue's turns pass between the groups on barriers 5-8
     for b in (5, 6, 7, 8):
         assert re.search(rf"bar\.sync\s+{b}, 256;", ptx) and f"bar.arrive {b}, 256;" in ptx
-    log = _ptxas(ptx, tmp_path)
+    log = ptxas_log(ptx, tmp_path)
     # no wgmma serialized (a branch ptxas cannot prove uniform: C7520), none spilled
     for code in ("C7514", "C7517", "C7520"):
         assert code not in log, log[-2000:]

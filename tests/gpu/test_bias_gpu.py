@@ -79,13 +79,8 @@ def test_forced_plans(comm, M, K, ar, push, forced):
     op = get_op(comm, 7168, ar)
     if push == "lsu" and forced.get("force_pingpong"):
         pytest.skip("ping-pong runs with bulk-copy pushes only in these tests")
-    before = op.push
-    op.push = push or before
-    try:
-        with knobs(op, **forced):
-            check_bias(op, seed=M + 3 * K + len(forced), M=M, K=K)
-    finally:
-        op.push = before
+    with knobs(op, push=push or op.push, **forced):
+        check_bias(op, seed=M + 3 * K + len(forced), M=M, K=K)
 
 
 @pytest.mark.parametrize("M,K", [(1, 1024), (1000, 4096), (4096, 1024)])
