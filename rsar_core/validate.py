@@ -90,7 +90,7 @@ def _scale_rows(name: str, s: Any, n: int, what: str, device: torch.device) -> i
 
 # ``check_scales``' bits beyond the per-row flags (0, 1): block-wise scales, x's M-major,
 # w's column-major; x's block scale stride above SCALE_STRIDE_SHIFT
-# (``launch.sm90_kernel.Sm90FusedKernel._block_strides``)
+# (``launch.fp8_scales.Fp8Scales._block_strides``)
 SCALE_BLOCK, SCALE_X_MMAJOR, SCALE_W_COLMAJOR = 4, 8, 16
 SCALE_STRIDE_SHIFT = 8
 # the k-group of block-wise scales, and the w block's rows
