@@ -3,27 +3,37 @@
 #
 #   scripts/gpu_runs.sh OUTDIR STEP...
 #
-#   cache   the kernels of every step below, built on this machine's cores into the ignored
-#           kcache/ (or RSAR_KERNEL_CACHE), which later steps of this call use and the machine
-#           keeps between calls while it stays warm (~2.5 min on 16 cores, 467 variants)
-#   sweep   (2 GPUs) the open decisions, timed in one run against their anchors: the exit
-#           without system fences (rs_lean / ar_lean), push CTAs (rs_flat, rs_pc8/16/24) and
-#           the GEMM alone's TMA store (gemm_ts0: the thread copy-out); twice, in two seeded
-#           column orders (bench.py --plan-sweep --shuffle)
+#   cache   the kernels of the bf16 steps (sweep, grid, checks, gemm1, new): the default
+#           variants with and without a bias and every variant tests/gpu/variants.jsonl logged,
+#           built on this machine's cores into the ignored kcache/ (or RSAR_KERNEL_CACHE), which
+#           later steps of this call use and the machine keeps between calls while it stays
+#           warm (481 variants, ~3 min on 16 cores)
+#   cache-all  the same for every dtype (fp16, fp8, block-wise fp8 too), before fp8 (713
+#           variants, ~4.5 min)
+#   sweep1, sweep2  (2 GPUs) the open decisions, timed in one run against their anchors: the
+#           exit without system fences (rs_lean / ar_lean), push CTAs (rs_flat,
+#           rs_pc8/16/24) and the GEMM alone's TMA store (gemm_ts0: the thread copy-out), in
+#           two seeded column orders (bench.py --plan-sweep --shuffle); sweep: both
 #   grid    (2 GPUs) the issue's grid, N 7168 / 8192: grid.json, grid.md, grid.png
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
-#   new     (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at 128 / 160
-#           wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 / rs_pp160
-#           against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates, then a bias
+#   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
+#           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
+#           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
 #           (bench.py --bias: rank 0's torch.addmm + NCCL against bias=, and rsar_rs_b against
-#           rsar_rs for its own cost), then the MLP block with a biased down projection
+#           rsar_rs for its own cost), then the MLP block with a biased down projection;
+#           new: both
 #   fp8     (2 GPUs) fp8 operands: the fp8 suite, then the quick grid against torch._scaled_mm
 #           + NCCL and symm_mem's fused_scaled_matmul_reduce_scatter, one scale per operand,
 #           per-row and block-wise scales (bench.py --dtype e4m3), and the MLP block with an
-#           fp8 down projection (tp_worker.py --dtype e4m3); precompile with --dtypes
-#           bf16,e4m3,e4m3-block
+#           fp8 down projection (tp_worker.py --dtype e4m3), after cache-all; fp8a: the suite
+#           and one scale each, fp8b: the rest
+#
+# A device call may run 10 minutes. At their usual times (each step's limit is its worst
+# case) these calls fit: `cache sweep1`, `sweep2 newpp`, `newbias`, `grid`, `checks`,
+# `cache-all fp8a` (the fp8 suite, one scale each), `fp8b` (per-row and block-wise scales,
+# the fp8 MLP block). A call killed at its limit still returns what its finished steps wrote.
 #
 # RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
 # machine; a stale entry is never used, it is compiled again). A step that runs past its limit
@@ -31,8 +41,12 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-[ $# -gt 0 ] || { echo "no STEP given (cache, sweep, grid, checks, gemm1, new, fp8)" >&2; exit 2; }
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 new newpp newbias fp8 fp8a fp8b"
+[ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
+for s in "$@"; do  # every step checked before any runs
+  case " $STEPS " in *" $s "*) ;; *) echo "unknown step $s (${STEPS// /, })" >&2; exit 2 ;; esac
+done
 out=$(cd "$out" && pwd)  # the steps run from the repository root
 cd "$(dirname "$0")/.."
 step() {  # name limit command...
@@ -45,14 +59,16 @@ PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn1
 BIAS=mm_rs,rsar_rs,mm_rs_b,rsar_rs_b,mm_ar,rsar_ar,mm_ar_b,rsar_ar_b
 for s in "$@"; do
   case $s in
-    cache)
+    cache|cache-all)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       arch=$(python3 -c "import torch; print('sm_%d%da' % torch.cuda.get_device_capability())")
-      step cache 300 python3 scripts/precompile.py --arch "$arch" --world 2 \
-        --transports unicast --dtypes bf16,f16,e4m3,e4m3-block --bias --out "$RSAR_KERNEL_CACHE" \
+      dts=bf16; [ "$s" = cache-all ] && dts=bf16,f16,e4m3,e4m3-block
+      step "$s" 420 python3 scripts/precompile.py --arch "$arch" --world 2 \
+        --transports unicast --dtypes "$dts" --bias --out "$RSAR_KERNEL_CACHE" \
         --from-log tests/gpu/variants.jsonl ;;
-    sweep)
-      for seed in 1 2; do
+    sweep|sweep1|sweep2)
+      seeds="1 2"; [ "$s" != sweep ] && seeds=${s#sweep}
+      for seed in $seeds; do
         step "sweep$seed" 240 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$SWEEP" \
           --N 7168 --K 1024 4096 --M 256 1024 2048 4096 8192 --iters 30 --blocks 3 \
           --shuffle "$seed" --json "$out/sweep$seed.json" --md "$out/sweep$seed.md"
@@ -64,23 +80,25 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
-    new)
-      step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
+    new|newpp|newbias)
+      [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
         --json "$out/pingpong.json" --md "$out/pingpong.md"
+      [ "$s" = newpp ] && continue
       step bias 300 mpirun -n 2 python3 scripts/bench.py --bias --only "$BIAS" \
         --N 7168 8192 --K 1024 4096 --M 128 512 2048 8192 --iters 30 --blocks 3 \
         --json "$out/bias.json" --md "$out/bias.md"
       step tp_bias 120 mpirun -n 2 python3 scripts/tp_worker.py --bias --json "$out/tp_bias.json" ;;
-    fp8)
-      step fp8_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py
-      for sc in tensor row block; do
+    fp8|fp8a|fp8b)
+      scales="tensor row block"
+      [ "$s" = fp8a ] && scales=tensor
+      [ "$s" = fp8b ] && scales="row block"
+      [ "$s" != fp8b ] && step fp8_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_gpu.py
+      for sc in $scales; do
         step "fp8_$sc" 300 mpirun -n 2 python3 scripts/bench.py --dtype e4m3 --scales "$sc" \
           --N 7168 8192 --K 1024 4096 --M 256 1024 4096 16384 \
           --json "$out/fp8_$sc.json" --md "$out/fp8_$sc.md"
       done
-      step fp8_tp 120 mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 --json "$out/fp8_tp.json" ;;
-    *)
-      echo "unknown step $s (cache, sweep, grid, checks, gemm1, new, fp8)" >&2; exit 2 ;;
+      [ "$s" != fp8a ] && step fp8_tp 120 mpirun -n 2 python3 scripts/tp_worker.py --dtype e4m3 --json "$out/fp8_tp.json" ;;
   esac
 done

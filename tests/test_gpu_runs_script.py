@@ -19,3 +19,9 @@ def test_steps_are_checked_and_the_out_dir_is_the_callers(tmp_path):
     r = _run("out", "bogus", cwd=tmp_path)
     assert r.returncode == 2 and "unknown step bogus" in r.stderr
     assert (tmp_path / "out").is_dir()  # relative to where it was called, not the repo
+
+
+def test_an_unknown_step_stops_the_steps_before_it(tmp_path):
+    r = _run("out", "cache", "sweep1", "bogus", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown step bogus" in r.stderr
+    assert list((tmp_path / "out").iterdir()) == []  # cache did not start
