@@ -14,6 +14,9 @@ arch and world are compiled too.
     RSAR_VARIANT_LOG=/tmp/used.jsonl mpirun -n 2 python3 my_worker.py
     python3 scripts/precompile.py --arch sm_90a --world 2 --out DIR --from-log /tmp/used.jsonl
 
+``--any-world`` takes a log recorded at another world size at ``--world`` (where that world
+runs the variant), so the world-2 suites' log builds a 4- or 8-GPU host's cache.
+
 Ops built with ``dtype=torch.float16`` launch fp16 variants: ``--dtypes bf16,f16`` builds both
 (each doubles the work; bf16 only by default). ``e4m3`` builds the variants of fp8 ops
 (``input_dtype=torch.float8_e4m3fn``, bf16 results) with one scale per operand or per row,
@@ -29,6 +32,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -56,7 +60,7 @@ def variants(arch: str, world: int, transports: list[str],
     ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
     ``BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
     fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``)."""
-    from dataclasses import astuple, replace
+    from dataclasses import astuple
 
     from rsar_core.gemm_rsar import BLOCK_BN
 
@@ -98,16 +102,35 @@ def variants(arch: str, world: int, transports: list[str],
     return sorted(kinds, key=astuple)
 
 
-def with_logged(vs: list, logs: list[str], arch: str, world: int) -> tuple[list, int]:
+def with_logged(vs: list, logs: list[str], arch: str, world: int,
+                any_world: bool = False) -> tuple[list, int]:
     """``vs`` followed by the variants recorded in ``logs`` (``launch.variant_log``) for this
-    arch and world that ``vs`` lacks; and how many logged variants were for another."""
+    arch and world that ``vs`` lacks; and how many logged variants were left out (another
+    arch or world). ``any_world``: a variant logged at another world size is taken at this
+    one where that world runs it (a world-2 suite's log serves a 4- or 8-GPU host; push-all
+    AR is a world-2 plan and is left out)."""
     if not logs:
         return vs, 0
     from launch.variant_log import read
     logged = read(logs)
     here = [v for v in logged if v.arch == arch and v.world == world]
+    if any_world:
+        moved = (replace(v, world=world) for v in logged if v.arch == arch and v.world != world)
+        here += [v for v in moved if _compiles(v)]
+    here = list(dict.fromkeys(here))
     have = set(vs)
     return vs + [v for v in here if v not in have], len(logged) - len(here)
+
+
+def _compiles(v) -> bool:
+    """Whether the kernel takes ``v`` (its constructor checks the knobs against the world
+    size, and raises ValueError before any compiling)."""
+    from launch.cache import kernel_for
+    try:
+        kernel_for(v)
+    except ValueError:
+        return False
+    return True
 
 
 def cached(vs: list, out: Path) -> list:
@@ -147,6 +170,9 @@ def main() -> int:
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
                         "(RSAR_VARIANT_LOG); may be repeated")
+    p.add_argument("--any-world", action="store_true",
+                   help="take --from-log variants logged at another world size at --world, "
+                        "where that world runs them (a world-2 log for a 4- or 8-GPU host)")
     p.add_argument("--force", action="store_true",
                    help="rebuild variants the cache already holds (for these kernel sources "
                         "and CuTe DSL version)")
@@ -160,7 +186,7 @@ def main() -> int:
         p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
     vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
                                        tuple(a.sm_count), dtypes, a.bias),
-                              a.from_log, a.arch, a.world)
+                              a.from_log, a.arch, a.world, a.any_world)
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
     held = set() if a.force else set(cached(vs, Path(a.out)))

@@ -109,3 +109,25 @@ def test_block_scales_build_the_128_wide_plans_of_each_shape(monkeypatch):
         op.warmup([1, 200, 1000, 4096, 16384], 8192, block_scales=True)
         op._prepare(3000, 2048, "gemm", block=True)
     assert seen and set(seen) <= set(blk)
+
+
+def test_a_world_2_log_builds_a_world_4_cache_with_any_world(tmp_path):
+    import dataclasses
+    import json
+
+    from launch.cache import Variant
+    rs = Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1)
+    push_all = Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1)
+    other_arch = Variant("sm_100a", 256, 2, "rs", "unicast")
+    log = tmp_path / "used.jsonl"
+    log.write_text("".join(json.dumps(dataclasses.asdict(v)) + "\n"
+                           for v in (rs, push_all, other_arch, rs)))
+    # without it: world-2 entries are not this world's, and are counted as left out
+    vs, skipped = precompile.with_logged([], [str(log)], "sm_90a", 4)
+    assert vs == [] and skipped == 3
+    vs, skipped = precompile.with_logged([], [str(log)], "sm_90a", 4, any_world=True)
+    assert vs == [dataclasses.replace(rs, world=4)]  # push-all AR is a world-2 plan
+    assert skipped == 2
+    # at the log's own world nothing moves, and what the defaults hold is not repeated
+    vs, skipped = precompile.with_logged([rs], [str(log)], "sm_90a", 2, any_world=True)
+    assert vs == [rs, push_all] and skipped == 1

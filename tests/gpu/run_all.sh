@@ -29,7 +29,8 @@ if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
   # tests/gpu/variants.jsonl: what these suites launched when it was recorded (world 2)
   logged=(--from-log tests/gpu/variants.jsonl)
   [ -s "$RSAR_VARIANT_LOG" ] && logged+=(--from-log "$RSAR_VARIANT_LOG")
-  run precompile 600 python3 scripts/precompile.py --arch "$arch" --world "$W" \
+  # --any-world: at 4 or 8 ranks the world-2 log's variants are built at that world
+  run precompile 600 python3 scripts/precompile.py --arch "$arch" --world "$W" --any-world \
     --transports unicast --bias --out "$RSAR_KERNEL_CACHE" ${logged[@]+"${logged[@]}"}
 fi
 [ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n "$W" $P tests/gpu/test_fused_gpu.py
