@@ -31,10 +31,10 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx
-from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import EPI_PITCH as _EPI_PITCH
 from .comm_warps import BK_BYTES, CommWarps
 from .plan import BM, EPI_N
+from .sub_tile import COMM_THREADS as _COMM_THREADS
+from .sub_tile import EPI_PITCH as _EPI_PITCH
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64

@@ -47,13 +47,13 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
-from .comm_warps import COMM_THREADS as _COMM_THREADS
-from .comm_warps import BK_BYTES, CommWarps
 from .cache import pingpong_refusal
+from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
 from .plan import BM, EPI_N, TILE_NS
 from .split_k import SplitKPieces
+from .sub_tile import COMM_THREADS as _COMM_THREADS
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
