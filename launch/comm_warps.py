@@ -52,7 +52,8 @@ def element_type(dtype: str) -> type:
 
 class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
     """Mixin: device methods of the communication role (see module docstring), with the
-    tile schedule (``launch.schedule``) and the push CTAs' role (``launch.push_ctas``)."""
+    tile schedule (``launch.schedule``), the push CTAs' role (``launch.push_ctas``), the
+    sums (``launch.reductions``) and AR's results (``launch.ar_results``)."""
 
     cta_group = 1  # 2: the schedule runs over 2-CTA pair-tiles (sm100, ``launch.plan``)
     # True: sub-tiles sit in the ring as unpadded 64-B rows whose four 16-B chunks are
