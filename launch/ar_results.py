@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import protocol, ptx, trace
-from .plan import BM
+from .geometry import BM
 from .sub_tile import CHUNK_ITERS, SUB_CHUNKS
 
 Int32 = cutlass.Int32

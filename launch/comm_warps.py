@@ -20,7 +20,7 @@ import cutlass.pipeline as pipeline
 
 from . import layout, protocol, ptx, trace
 from .ar_results import ArResults
-from .plan import BM, EPI_N
+from .geometry import BM, EPI_N
 from .push_ctas import PushCtas
 from .reductions import Reductions
 from .schedule import TileSchedule

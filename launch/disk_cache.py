@@ -7,7 +7,7 @@ on any machine with the CuTe DSL (no GPU needed), for a named arch:
     python3 scripts/precompile.py --arch sm_90a --world 2 --out DIR
 
 Entries are keyed by the variant, the CuTe DSL version and a hash of the kernel sources in
-``launch/``, so a changed kernel or toolchain never loads a stale binary. Files are
+``launch/`` (every module but the host-side ``HOST_ONLY``), so a changed kernel or toolchain never loads a stale binary. Files are
 written to a temporary name and renamed, so concurrent workers filling one directory
 never read half a file; a broken or foreign entry is ignored (and recompiled), not fatal.
 """
@@ -34,11 +34,21 @@ def cache_dir() -> Path | None:
     return Path(d) if d and d.lower() != "off" else None
 
 
+# Host-side modules of launch/: no kernel reads them, so editing one (a rule, the planner)
+# keeps the cache; every other module, a new one included, is hashed as kernel source.
+HOST_ONLY = frozenset({"__init__.py", "cache.py", "disk_cache.py", "fast_call.py",
+                       "occupancy.py", "plan.py", "resolve.py", "rules.py", "tuning.py",
+                       "variant_log.py"})
+
+
 @lru_cache(maxsize=1)
 def source_hash() -> str:
+    """A hash of the kernel sources in launch/ and the CuTe DSL version."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for f in sorted(here.glob("*.py")):
+        if f.name in HOST_ONLY:
+            continue
         h.update(f.name.encode())
         h.update(f.read_bytes())
     try:

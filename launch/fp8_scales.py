@@ -14,7 +14,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import ptx
-from .plan import BM
+from .geometry import BM
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64

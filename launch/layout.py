@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots, padded_n
+from .geometry import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots, padded_n
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4

@@ -27,7 +27,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from .plan import BM
+from .geometry import BM
 
 Int32 = cutlass.Int32
 Float32 = cutlass.Float32

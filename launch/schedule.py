@@ -11,7 +11,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from .plan import BM, SK_MAX_PIECES
+from .geometry import BM, SK_MAX_PIECES
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64

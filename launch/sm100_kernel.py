@@ -32,9 +32,10 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx
 from .comm_warps import BK_BYTES, CommWarps
-from .plan import BM, EPI_N
+from .geometry import BM, EPI_N
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .sub_tile import EPI_PITCH as _EPI_PITCH
+from .variant import Variant
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -53,10 +54,15 @@ _SMEM_BYTES = 232448  # sm_100 dynamic shared memory per block
 
 
 class Sm100FusedKernel(CommWarps):
-    """One compiled variant: (BN, world, mode, transport, cta_group, dtype, in_dtype, bias)."""
+    """One compiled ``Variant``: (BN, world, mode, transport, cta_group, dtype, in_dtype,
+    bias); the sm90 kernel's tuning choices are not this kernel's."""
 
-    def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1,
-                 dtype: str = "bf16", in_dtype: str = "", bias: int = 0) -> None:
+    def __init__(self, v: Variant) -> None:
+        if v.tuning() or v.push != "lsu":
+            raise ValueError(f"the sm100 kernel has no tuning knobs yet, got {v.tuning()} "
+                             f"push={v.push}")
+        bn, world, mode, transport, cta_group = v.bn, v.world, v.mode, v.transport, v.cta_group
+        dtype, in_dtype, bias = v.dtype, v.in_dtype, v.bias
         # partials and output of ``dtype``; x and w of ``in_dtype`` (fp8: scaled in the
         # epilogue, ``Sm90FusedKernel``) or the same; fp32 accumulators
         self._use_dtype(dtype, in_dtype)

@@ -47,13 +47,13 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
-from .cache import pingpong_refusal
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .plan import BM, EPI_N, TILE_NS
+from .geometry import BM, EPI_N, TILE_NS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
+from .variant import Variant, pingpong_refusal
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -77,74 +77,18 @@ def _tma_op(multicast: int) -> Any:
 
 
 class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
-    """One compiled variant: (BN, world, mode, transport, cta_group). Everything else is a
-    launch argument."""
+    """One compiled ``Variant``; everything else is a launch argument."""
 
-    def __init__(self, bn: int, world: int, mode: str, transport: str, cta_group: int = 1, *,
-                 epi_slots: int = 0, push: str = "lsu",
-                 peers_first: int = 0, pair_n: int = 0, stages: int = 0,
-                 push_all: int = 0, pdl: int = 0, prefetch: int = 0, early_copy: int = 0,
-                 push_window: int = 0, flat: int = 0, sk: int = 0, split_row: int = 0,
-                 push_ctas: int = 0, lean_exit: int = 0, tma_store: int = 0,
-                 trace: int = 0, dtype: str = "bf16", in_dtype: str = "",
-                 block_scales: int = 0, pingpong: int = 0, bias: int = 0) -> None:
-        """``cta_group`` 2: 2x1 clusters whose CTAs compute the two tiles of a pair-tile
-        (``launch.plan``) and share w's tile by TMA multicast, each loading half of it, which
-        halves w's L2 traffic. ``epi_slots`` (0: default) is a tuning knob for benchmarks: the
-        depth of the sub-tile ring (the tile order's band is a launch argument, in the
-        schedule word). ``push`` "tma": partials leave for peers as bulk copies straight from the
-        sub-tile ring (unpadded, swizzled 64-B rows: see ``CommWarps``), not thread stores;
-        "tma_all": AR's reduced tiles too. ``peers_first``: the schedule of plans with
-        ``peers_first`` (compiled in; launching such a plan on another variant would mix
-        orders). ``pair_n`` (with ``cta_group`` 2): the cluster's two tiles are neighbours in
-        one tile row and share x's tile by TMA multicast instead of w's (plans with
-        ``pair_n``). ``stages`` (0: default): at least this many mainloop stages, the
-        sub-tile ring then holding what smem has left (part of a tile for BN 224 / 256 at 4
-        stages). ``push_all``: the push-all AR plan (``TilePlan.push_all``: every tile to
-        every peer, every tile reduced here; AR, unicast, 1-CTA, bulk-copy pushes).
-        ``pdl``: programmatic dependent launch: the launch may begin while the previous
-        kernel of the stream finishes (its CTAs take SMs as that kernel's CTAs exit, set up
-        their barriers, then wait in ``griddepcontrol.wait`` before touching global memory),
-        and lets the next PDL launch do the same once every CTA of this one is running.
-        ``prefetch``: reductions and AR's copy-out load one sub-tile ahead (``CommWarps``;
-        world 2 over unicast, elsewhere it changes nothing).
-        ``early_copy``: AR owner plans over unicast with the lag round copy each pushed tile's
-        result into the output two rounds after the push, while later pushes are in flight,
-        instead of copying every result after the last tile (``CommWarps``).
-        ``push_window`` (bulk-copy pushes): at most this many of a CTA's sub-tile copy groups
-        in flight after each push (0: a tile's copies all at once; ``CommWarps``).
-        ``flat`` (with ``peers_first``, 1-CTA): the peers-first order as one flat sequence
-        over every list (``launch.plan``, ``TilePlan.flat``).
-        ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the split-K tail (``launch.plan``,
-        ``TilePlan.sk``): the last round's units cut into K pieces on idle lanes, the later pieces
-        stored as fp32 in the workspace for the lane that finishes the unit.
-        ``split_row`` (RS, 1-CTA round order): a tile row two owners share is split between
-        their lists (``launch.plan``, ``TilePlan.split_row``).
-        ``push_ctas`` (RS, unicast, bulk-copy pushes, the flat order): CTAs from the plan's
-        ``chunk`` up only push; the others stage their peers' tiles locally
-        (``launch.plan.push_plan``, ``launch.push_ctas``).
-        ``lean_exit``: the exit without system fences or ``done`` stamps
-        (``protocol.finish_launch``; an experiment until measured).
-        ``tma_store`` (the plain GEMM with bulk-copy rows): each output sub-tile leaves the
-        ring as one TMA tensor store issued by one communication warp, not as 16-B loads
-        and stores of all 96 threads (``_store_role``).
-        ``trace``: record event times (``launch.trace``).
-        ``dtype``: the element type of x, w, the pushed partials and the output, "bf16" or
-        "f16" (``comm_warps.DTYPES``); the MMA accumulates and reductions sum in fp32 both ways.
-        ``in_dtype`` "e4m3" (``comm_warps.IN_DTYPES``): x and w are fp8 (128-element k-blocks,
-        fp8 wgmma accumulating in fp32 at the tensor cores' own precision), and the epilogue
-        multiplies each accumulator by x's row scale and w's column scale (launch arguments:
-        two fp32 vectors, each read at stride 0 or 1 as ``scale_bits`` says) before rounding
-        it to ``dtype``; "": x and w are ``dtype``.
-        ``block_scales`` (fp8, BN 64 or 128): DeepSeek-style block-wise scales, x's one per
-        row and 128-element k-group, w's one per 128 x 128 block: each k-block's products
-        are accumulated apart and added to the tile's fp32 sums times their two scales
-        (``_mma_role``), so nothing is left for the epilogue to scale.
-        ``pingpong``: each MMA warp group computes whole tiles, the two taking the rounds by
-        turns, so one's epilogue runs under the other's mainloop (``launch.pingpong``); a
-        thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
-        (its first warp group needs few registers), BN <= 160 beside communication warps.
-        ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``)."""
+    def __init__(self, v: Variant) -> None:
+        """The kernel of ``v`` (``launch.variant.Variant`` documents each choice); ValueError
+        where the choices cannot run together."""
+        bn, world, mode, transport, cta_group = v.bn, v.world, v.mode, v.transport, v.cta_group
+        epi_slots, push, stages, trace = v.epi_slots, v.push, v.stages, v.trace
+        peers_first, pair_n, push_all, pdl = v.peers_first, v.pair_n, v.push_all, v.pdl
+        prefetch, early_copy, push_window, flat = v.prefetch, v.early_copy, v.push_window, v.flat
+        sk, split_row, push_ctas, lean_exit = v.sk, v.split_row, v.push_ctas, v.lean_exit
+        tma_store, block_scales, pingpong = v.tma_store, v.block_scales, v.pingpong
+        dtype, in_dtype, bias = v.dtype, v.in_dtype, v.bias
         self._use_dtype(dtype, in_dtype)
         self._use_bias(bias, mode)
         self.block_scales = bool(block_scales)

@@ -11,7 +11,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import layout, protocol, ptx
-from .plan import BM
+from .geometry import BM
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64

@@ -3,7 +3,7 @@
 that the 96 communication threads share out in rounds."""
 from __future__ import annotations
 
-from .plan import BM, EPI_N
+from .geometry import BM, EPI_N
 
 SUB_BYTES = BM * EPI_N * 2        # one 128 x 32 bf16 / fp16 sub-tile, contiguous in slots
 SUB_CHUNKS = SUB_BYTES // 16      # 16-byte pieces per sub-tile

@@ -34,7 +34,7 @@ def record(v: Any) -> None:
 def read(paths: Iterable[str | Path]) -> list:
     """The distinct variants in these logs, in first-seen order. A line that does not
     describe a variant raises ValueError naming the file and line."""
-    from .cache import Variant
+    from .variant import Variant
     fields = {f.name for f in dataclasses.fields(Variant)}
     seen: dict = {}
     for path in paths:

@@ -3,9 +3,11 @@ from .errors import (
     ClosedError, RsarError, RsarTimeoutError, RsarTypeError, RsarValueError,
     ShapeMismatchError, UnsupportedError,
 )
+from launch.tuning import Tuning
+
 from .gemm_rsar import GemmRsAr, kernel_arch_for
 from .workspace import Workspace
 
-__all__ = ["GemmRsAr", "Workspace", "kernel_arch_for", "RsarError", "RsarTimeoutError",
+__all__ = ["GemmRsAr", "Workspace", "Tuning", "kernel_arch_for", "RsarError", "RsarTimeoutError",
            "ShapeMismatchError", "ClosedError", "RsarValueError", "RsarTypeError",
            "UnsupportedError"]

@@ -4,16 +4,15 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from dataclasses import replace
 from typing import Any, Iterable
 
 import torch
 
-from launch.cache import (CACHE, auto_push_all, default_early_copy, default_lean_exit,
-                          default_prefetch, default_push, default_push_window, default_stages,
-                          default_tma_store, default_variant, pingpong_refusal, push_for)
-from launch.plan import BLACKWELL, TilePlan, make_plan, plan_depth, push_plan
 from launch import protocol
+from launch.cache import CACHE
+from launch.geometry import BLACKWELL, TilePlan, plan_depth
+from launch.resolve import Dtypes, Hardware, Shape, resolve
+from launch.tuning import Tuning
 from multicast.bootstrap import make_bootstrap
 
 from . import heuristics
@@ -22,16 +21,14 @@ from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatc
 from .ordering import raw_stream
 from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_bias, check_call,
                        check_construction, check_dtype, check_input_dtype, check_out,
-                       check_scales, check_warmup, check_weight, weight_of, SCALE_BLOCK)
+                       check_scales, check_tuning, check_warmup, check_weight, weight_of,
+                       SCALE_BLOCK)
 from .workspace import Workspace
 
 log = logging.getLogger("rsar")
 
 KERNEL_ARCHS = ("sm_90a",) + BLACKWELL  # arches launch/ has a kernel for
 DEFAULT_TIMEOUT_S = 5.0
-# Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'
-# registers hold the tile's sums and one k-group's products side by side
-BLOCK_BN = 128
 
 
 def timeout_from_env() -> float:
@@ -121,13 +118,15 @@ class GemmRsAr:
     result stays ``dtype`` (see ``__call__``). ``timeout_s``: how long the
     kernel waits for a peer before the call fails with ``RsarTimeoutError`` (default:
     ``RSAR_TIMEOUT_S``, else 5 s). ``workspace``: a ``Workspace`` to share with other ops
-    (its ``comm`` is then used; ops of either dtype can share one).
+    (its ``comm`` is then used; ops of either dtype can share one). ``tuning``: a
+    ``Tuning`` overriding the measured rules (docs/TUNING.md; default: the rules decide),
+    the same on every rank (checked here).
     """
 
     def __init__(self, max_M: int, N: int, all_reduce: bool = False, comm: Any = None, *,
                  dtype: torch.dtype = torch.bfloat16, input_dtype: torch.dtype | None = None,
                  timeout_s: float | None = None,
-                 workspace: Workspace | None = None) -> None:
+                 workspace: Workspace | None = None, tuning: Tuning | None = None) -> None:
         self._ws: Workspace | None = None
         self._on_close: list = []  # callables close() runs once (rsar_core.torch_op unregisters)
         self._owns_ws = workspace is None
@@ -137,6 +136,7 @@ class GemmRsAr:
         else:
             bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
+        self.tuning: Tuning = check_tuning(tuning, bs)
         check_dtype(dtype)
         self.dtype = dtype
         self.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
@@ -154,7 +154,6 @@ class GemmRsAr:
         check_arch_width(N, self.arch)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
-        self._set_default_knobs()
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -165,9 +164,7 @@ class GemmRsAr:
         else:
             self._ws = Workspace(max_M, N, bs)
         self.transport = self._ws.transport
-        # How partials reach peers on sm90: "lsu" (thread stores), "tma" (bulk copies) or
-        # "tma_all" (AR's reduced tiles as bulk copies too).
-        self.push = default_push(self.arch or "", self.transport, self.mode)
+        self._timeout_s = timeout_s
         self._plans: dict[tuple, tuple[TilePlan, Any, tuple[int, ...]]] = {}
         log.debug("GemmRsAr rank %d/%d %s max_M=%d N=%d arch=%s transport=%s workspace=%s",
                   self.rank, self.world, self.mode, max_M, N, self.arch, self.transport,
@@ -204,115 +201,43 @@ class GemmRsAr:
         return 0 < M <= self.max_M and heuristics.fused_wins(
             self.mode, M, self.N, plan_depth(K, self._in_name), self.world)
 
-    def _set_default_knobs(self) -> None:
-        """Every ``force_*`` knob (and ``trace``) at its default: the plans and kernels the
-        rules pick. Tests that plan without a device build an op from this too."""
-        # Benchmark knobs: 1 or 2 forces the 1-CTA or the 2x1-cluster plan (3 or 4, gemm_only
-        # only: clusters of that many tile rows sharing w's tile, an experiment), 0 or 1 the
-        # 1-CTA schedule's lag; None lets the plan choose. ``force_rotate`` /
-        # ``force_peers_first``: the 1-CTA schedule's part rotation / peers-first order.
-        self.force_cta_group: int | None = None
-        self.force_lag: int | None = None
-        self.force_rotate = False
-        self.force_peers_first: bool | None = None  # None: the plan chooses (small M)
-        self.force_bn: int | None = None  # the tile width (sm90: 64, 128, 160, 192, 224 or 256)
-        self.force_band: int | None = None  # unit rows per band of the tile order (0: row-major)
-        # sm90: True forces 2x1 clusters pairing tiles along N (sharing x's tile); False lets
-        # the plan choose (it takes them for AR at one tile row; force_cta_group=1 rules them out)
-        self.force_pair_n = False
-        # sm90: at least this many mainloop stages, the sub-tile ring shrinking to fit; 0: the
-        # plan's (``launch.cache.default_stages``); 3 keeps the whole-tile ring everywhere
-        self.force_stages = 0
-        # sm90 AR: the push-all plan (every rank pushes every tile to every peer and reduces
-        # every tile itself; ``launch.plan``), M <= PUSH_ALL_MAX_M; None: the plan's choice
-        # (``choose_push_all``: world 2, unicast, small M)
-        self.force_push_all: bool | None = None
-        # sm90: programmatic dependent launch (``Sm90FusedKernel`` ``pdl``); None: on. A
-        # launch's set-up overlaps the previous kernel's tail: ~1 us a call back to back
-        # (docs/PERF.md (i)); False for stacks whose launches must not carry the attribute
-        self.force_pdl: bool | None = None
-        # sm90, world 2 over unicast: reductions and AR's copy-out load one sub-tile ahead
-        # (``Sm90FusedKernel`` ``prefetch``); None: on. RS 1.0%, AR 1.4% faster on the
-        # geomean of a same-run sweep, up to 5.5% at K=1024, M=8192 (docs/PERF.md (j))
-        self.force_prefetch: bool | None = None
-        # sm90 AR owner plans over unicast with the lag round: copy the result of each tile
-        # pushed two rounds back into the output while this round's copies are in flight
-        # (``Sm90FusedKernel`` ``early_copy``); None: on. AR 4-11% faster at K=1024 from
-        # M=4096 (docs/PERF.md (l)); False copies every result after the last round
-        self.force_early_copy: bool | None = None
-        # sm90 over unicast, bulk-copy pushes: a CTA keeps one sub-tile's copies in flight at
-        # a time (``Sm90FusedKernel`` ``push_window``); None: the rule of
-        # ``launch.cache.default_push_window`` (AR owner plans, RS peers-first plans)
-        self.force_push_window: bool | None = None
-        # sm90 fused plans: the peers-first order as one flat sequence over every list
-        # (``launch.plan``, ``TilePlan.flat``); None: ``choose_flat`` decides (M 513-768)
-        self.force_flat: bool | None = None
-        # sm90 1-CTA flat orders (the plain GEMM, flat peers-first): the split-K tail
-        # (``launch.plan``, ``TilePlan.sk``); None: ``choose_sk`` decides (fused, K >= 4096)
-        self.force_sk: bool | None = None
-        # sm90 RS round orders: a tile row two owners share split between their lists
-        # (``launch.plan``, ``TilePlan.split_row``); None: where that cuts the plan's lane
-        # cost to ``SPLIT_ROW_GAIN`` or below (M 1025-1152 at N=7168)
-        self.force_split_row: bool | None = None
-        # sm90 RS over unicast (an experiment): this many CTAs only push, the others stage
-        # their peers' tiles locally (``launch.plan.push_plan``); 0: off
-        self.force_push_ctas = 0
-        # sm90 fused kernels (an experiment): the exit without system fences or ``done``
-        # stamps (``launch.protocol.finish_launch``); None: ``launch.cache.default_lean_exit``
-        self.force_lean_exit: bool | None = None
-        # sm90 plain GEMM (``gemm_only``): the output leaves the sub-tile ring as TMA tensor
-        # stores, not 16-B thread stores (``Sm90FusedKernel`` ``tma_store``); None:
-        # ``launch.cache.default_tma_store``
-        self.force_tma_store: bool | None = None
-        # sm90 (an experiment): ping-pong MMA warp groups, whole tiles each by turns
-        # (``launch.pingpong``): tiles up to 192 wide on the GEMM alone, 160 on the fused
-        # op (``force_bn``), bf16 / fp16, no split-K tail; None / False: cooperative
-        self.force_pingpong: bool | None = None
-        # sm90: launch variants that record per-CTA event times (``read_trace``)
-        self.trace = False
+    def retune(self, tuning: Tuning | None = None, **changes: Any) -> "GemmRsAr":
+        """An op like this one on the same workspace, with ``tuning`` (default: this op's)
+        changed by ``changes`` (``Tuning`` fields): how benchmarks compare plans and
+        experiments. Collective, as construction is; closing it leaves the workspace open."""
+        self._require_open()
+        base = self.tuning if tuning is None else tuning
+        return GemmRsAr(self.max_M, self.N, self.all_reduce, dtype=self.dtype,
+                        input_dtype=None if self.input_dtype == self.dtype else self.input_dtype,
+                        timeout_s=self._timeout_s, workspace=self._ws,
+                        tuning=base.replace(**changes) if changes else base)
 
     @property
     def pair_ctas(self) -> int:
         """CTAs resident at once as 2x1 clusters on this GPU (queried once per process)."""
         return _pair_ctas(self.device.index, self.sm_count)
 
-    def plan(self, M: int, K: int, mode: str | None = None, *,
-             band: int | None = None, block: bool = False) -> TilePlan:
-        """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
-        ``band``: override the tile order's band, as ``force_band`` does; ``block``: fp8
-        block-wise scales, on tiles 128 wide unless ``force_bn`` is 64). For fp8 operands
-        its ``K`` is ``launch.plan.plan_depth``'s, half the call's."""
-        K = plan_depth(K, self._in_name)
-        bn = self.force_bn or (BLOCK_BN if block else None)
-        # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms).
-        pairs = self.arch in BLACKWELL or self.force_cta_group != 1
-        if self.force_push_ctas and (mode or self.mode) == "ar":
-            raise RsarValueError("push CTAs are an RS plan; this op all-reduces")
-        if self.force_push_ctas and (mode or self.mode) == "rs":
-            if self.arch != "sm_90a" or self.transport != "unicast" or self.push == "lsu":
-                raise RsarValueError("push CTAs are an sm90 RS plan over unicast with bulk-copy "
-                                     "pushes")
-            return push_plan(M, self.N, K, self.world, self.sm_count, self.force_push_ctas,
-                             bn=bn,
-                             band=self.force_band if band is None else band)
-        return make_plan(M, self.N, K, self.world, self.sm_count, mode or self.mode,
-                         arch=self.arch, bn=bn,
-                         pair_ctas=self.pair_ctas if pairs else None,
-                         cta_group=self.force_cta_group, lag=self.force_lag,
-                         rotate=self.force_rotate, peers_first=self.force_peers_first,
-                         band=self.force_band if band is None else band,
-                         pair_n=self.force_pair_n,
-                         push_all=self._push_all(mode or self.mode),
-                         flat=self.force_flat if self.arch == "sm_90a" else False,
-                         sk=(self.force_sk if self.arch == "sm_90a" and not self.force_pingpong
-                             else False),
-                         split_row=self.force_split_row if self.arch == "sm_90a" else False)
+    def _hardware(self) -> Hardware:
+        # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms)
+        pairs = self.arch in BLACKWELL or self.tuning.cta_group != 1
+        return Hardware(self.arch or "", self.sm_count, self.pair_ctas if pairs else None)
 
-    def _push_all(self, mode: str) -> bool | None:
-        """``make_plan``'s push_all: forced (AR only), or the default for this transport."""
-        if mode == "ar" and self.force_push_all is not None:
-            return self.force_push_all
-        return auto_push_all(mode, self.transport, push_for(self.push, mode))
+    def _resolve(self, M: int, K: int, mode: str, block: bool = False,
+                 bias: bool = False) -> tuple[TilePlan, Any]:
+        return resolve(Shape(M, self.N, K, mode, bias), self._hardware(), self.world,
+                       self.transport, Dtypes(DTYPES[self.dtype], self._in_name, block),
+                       self.tuning)
+
+    def plan(self, M: int, K: int, mode: str | None = None, *, block: bool = False) -> TilePlan:
+        """The tile plan a call with this (M, K) runs (``mode``: default the op's own;
+        ``block``: fp8 block-wise scales). For fp8 operands its ``K`` is
+        ``launch.geometry.plan_depth``'s, half the call's."""
+        return self._resolve(M, K, mode or self.mode, block)[0]
+
+    def variant(self, M: int, K: int, mode: str | None = None, *, block: bool = False,
+                bias: bool = False) -> Any:
+        """The kernel variant (``launch.Variant``) a call with this (M, K) launches."""
+        return self._resolve(M, K, mode or self.mode, block, bias)[1]
 
     # ------------------------------------------------------------------ the op
     def __call__(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
@@ -369,14 +294,12 @@ class GemmRsAr:
         return inference_only(y, x, w, bias)
 
     def gemm_only(self, x: torch.Tensor, w: Any, x_scale: torch.Tensor | None = None,
-                  w_scale: torch.Tensor | None = None, *, epi_slots: int = 0,
-                  band: int | None = None) -> torch.Tensor:
+                  w_scale: torch.Tensor | None = None) -> torch.Tensor:
         """x @ w.T (M, N) by the same kernel with the communication compiled out (fp8 ops:
         scaled, as ``__call__`` says).
 
-        Not collective; for benchmarks that separate the GEMM from the exchange.
-        ``epi_slots``: the sm90 sub-tile ring depth (0: default); ``band``: unit rows per
-        band of the tile order (0: row-major; None: the plan's choice).
+        Not collective; for benchmarks that separate the GEMM from the exchange (its
+        plan follows the op's ``tuning`` too: ``retune(epi_slots=..., band=...)``).
         """
         self._require_open()
         self._require_kernel()
@@ -385,7 +308,7 @@ class GemmRsAr:
         bits = check_scales(x_scale, w_scale, M, self.N, self.device, self._in_name, K)
         block = self._check_block(bits)
         w = weight_of(w)
-        prepared = self._prepare(M, K, "gemm", epi_slots, band, block=block)
+        prepared = self._prepare(M, K, "gemm", block=block)
         y = torch.empty((M, self.N), dtype=self.dtype, device=self.device)
         self._launch_prepared(prepared, x, w, y, x_scale, w_scale, bits)
         return inference_only(y, x, w)
@@ -407,122 +330,42 @@ class GemmRsAr:
             self._prepare(M, K, self.mode, block=block, bias=bool(bias))
 
     def _check_block(self, bits: int) -> bool:
-        """Whether a call's scale bits are block-wise, where this op can run them: fp8 on
-        sm90, on tiles of 128 (or a forced 64) columns."""
-        if not bits & SCALE_BLOCK:
-            return False
-        if not self._in_name:
-            raise RsarValueError("block-wise scales are for fp8 ops (input_dtype="
-                                 "torch.float8_e4m3fn)")
-        if self.arch != "sm_90a":
-            raise UnsupportedError(f"block-wise fp8 scales run on sm90 (H100/H200) so far, "
-                                   f"not {self.arch}")
-        if self.force_bn not in (None, 64, 128):
-            raise RsarValueError(f"block-wise scales run on tiles 64 or 128 wide (a 128 x 128 "
-                                 f"block of w per tile column), not force_bn={self.force_bn}")
-        return True
+        """Whether a call's scale bits are block-wise (``launch.resolve`` checks that this op
+        can run them)."""
+        return bool(bits & SCALE_BLOCK)
 
-    def _plan_and_kernel(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                         band: int | None = None, *, block: bool = False,
+    def _plan_and_kernel(self, M: int, K: int, mode: str, *, block: bool = False,
                          bias: bool = False) -> tuple[TilePlan, Any]:
         """The plan of a call and its compiled launcher (tests, scripts)."""
-        return self._prepare(M, K, mode, epi_slots, band, block=block, bias=bias)[:2]
+        return self._prepare(M, K, mode, block=block, bias=bias)[:2]
 
-    def _prepare(self, M: int, K: int, mode: str, epi_slots: int = 0,
-                 band: int | None = None, *, block: bool = False,
+    def _prepare(self, M: int, K: int, mode: str, *, block: bool = False,
                  bias: bool = False) -> tuple[TilePlan, Any, tuple[int, ...]]:
-        """(plan, launcher, the launch's fixed arguments) of a call, made once per shape and
-        knob setting: a call then looks it up, which keeps the host path short. ``bias``:
-        the fused kernel that adds a bias to the reduced sum (the plain GEMM has none)."""
-        push = push_for(self.push, mode) if self.arch == "sm_90a" else "lsu"
-        trace = int(self.trace and self.arch == "sm_90a")
-        pdl = int(self.force_pdl is not False and self.arch == "sm_90a")
-        prefetch = (default_prefetch(self.arch, self.world, self.transport, mode)
-                    if self.force_prefetch is not False else 0)
-        stages = 0 if epi_slots or self.arch != "sm_90a" else self.force_stages
-        key = (M, K, mode, epi_slots, band, self.force_cta_group, self.force_lag,
-               self.force_rotate, self.force_peers_first, self.force_bn, self.force_band,
-               self.force_pair_n, self.force_push_all, stages, push, trace, pdl, prefetch,
-               self.force_early_copy, self.force_push_window, self.force_flat, self.force_sk,
-               self.force_split_row, self.force_push_ctas, self.force_lean_exit,
-               self.force_tma_store, self.force_pingpong, block, bias)
+        """(plan, launcher, the launch's fixed arguments) of a call, made once per shape: a
+        call then looks it up, which keeps the host path short. ``bias``: the fused kernel
+        that adds a bias to the reduced sum (the plain GEMM has none)."""
+        key = (M, K, mode, block, bias)
         hit = self._plans.get(key)
         if hit is None:
-            if bias and mode == "gemm":
-                raise RsarValueError("the plain GEMM (gemm_only) takes no bias")
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = self.plan(M, K, mode, band=band, block=block)
+            plan, v = self._resolve(M, K, mode, block, bias)
             compiled_before = CACHE.compile_count
-            # the plan's structure as default_variant reads it, then every knob this op forces
-            tma_store = self._tma_store(plan, push)
-            pingpong = self._pingpong(plan, tma_store, trace)
-            v = replace(default_variant(self.arch, self.world, self.transport, plan,
-                                        DTYPES[self.dtype], self._in_name),
-                        epi_slots=epi_slots, push=push,
-                        stages=self._stages(plan, push, epi_slots), pdl=pdl,
-                        prefetch=prefetch, early_copy=self._early_copy(plan),
-                        push_window=self._push_window(plan, push),
-                        lean_exit=self._lean_exit(mode),
-                        tma_store=tma_store, trace=trace,
-                        block_scales=int(block), pingpong=pingpong, bias=int(bias))
-            fn = CACHE.get(v)
+            try:
+                fn = CACHE.get(v)
+            except ValueError as e:  # a kernel refusing what the tuning combined
+                if self.tuning.changed():
+                    raise RsarValueError(f"{self.tuning.describe()}: {e}") from None
+                raise
             if CACHE.compile_count != compiled_before and mode != "gemm":
                 # Ranks compile the same variant at the same call; without this the first
                 # to finish would spend its peers' compile time in the kernel's spin-waits,
                 # and a compile slower than the time limit would look like a dead peer.
                 self._ws.bootstrap.barrier()
             hit = self._plans[key] = (plan, fn, self._fixed_args(plan, K))
-            log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d", M, K, mode, plan.bn,
-                      plan.num_tiles, plan.grid)
+            log.debug("plan M=%d K=%d %s: BN=%d tiles=%d grid=%d; %s", M, K, mode, plan.bn,
+                      plan.num_tiles, plan.grid, v.describe())
         return hit
-
-    def _lean_exit(self, mode: str) -> int:
-        """``launch.cache.default_lean_exit``, unless forced (sm90 fused kernels only)."""
-        if self.force_lean_exit is None:
-            return default_lean_exit(self.arch or "", self.transport, mode)
-        return int(bool(self.force_lean_exit) and mode != "gemm" and self.arch == "sm_90a")
-
-    def _tma_store(self, plan: TilePlan, push: str) -> int:
-        """``launch.cache.default_tma_store``, unless forced (the sm90 plain GEMM with
-        bulk-copy rows only)."""
-        if self.force_tma_store is None:
-            return default_tma_store(self.arch or "", push, plan.mode)
-        return int(bool(self.force_tma_store) and plan.mode == "gemm" and push == "tma"
-                   and self.arch == "sm_90a")
-
-    def _pingpong(self, plan: TilePlan, tma_store: int, trace: int) -> int:
-        """1 where ``force_pingpong`` asks for ping-pong warp groups; RsarValueError (before
-        any launch) where the plan cannot run them."""
-        if not self.force_pingpong:
-            return 0
-        if self.arch != "sm_90a":
-            raise RsarValueError(f"ping-pong warp groups are an sm90 kernel's, not {self.arch}'s")
-        why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(self._in_name),
-                               plan.sk, bool(trace), bool(self.force_push_ctas))
-        if why:
-            raise RsarValueError(f"force_pingpong: {why} (the plan of M={plan.M}; force_bn "
-                                 f"picks the width)")
-        return 1
-
-    def _push_window(self, plan: TilePlan, push: str) -> int:
-        """``launch.cache.default_push_window``, unless forced."""
-        if self.force_push_window is None or push == "lsu" or plan.mode == "gemm":
-            return default_push_window(self.arch or "", self.transport, push, plan)
-        return int(self.force_push_window)
-
-    def _stages(self, plan: TilePlan, push: str, epi_slots: int) -> int:
-        """At least this many sm90 mainloop stages: ``force_stages``, else
-        ``launch.cache.default_stages`` (0 where the ring depth is forced)."""
-        if epi_slots or self.arch != "sm_90a":
-            return 0
-        return self.force_stages or default_stages(self.arch, self.transport, push, plan)
-
-    def _early_copy(self, plan: TilePlan) -> int:
-        """``launch.cache.default_early_copy``, unless forced off."""
-        if self.force_early_copy is False:
-            return 0
-        return default_early_copy(self.arch or "", self.transport, plan)
 
     def _require_kernel(self) -> None:
         if self.arch not in KERNEL_ARCHS:

@@ -5,7 +5,8 @@ from typing import Any, Iterable
 
 import torch
 
-from launch.plan import BLACKWELL, N_ALIGN
+from launch.geometry import BLACKWELL, N_ALIGN
+from launch.tuning import Tuning
 
 from .errors import RsarTypeError, RsarValueError, UnsupportedError
 
@@ -15,6 +16,23 @@ K_ALIGN_FP8 = 128  # an fp8 k-block (launch.comm_warps.BK_BYTES)
 SM100_N_ALIGN = 128
 # Lets ranks share a GPU (check_one_gpu_per_rank): functional tests on a one-GPU host.
 SHARED_GPU_ENV = "RSAR_ALLOW_SHARED_GPU"
+
+
+def check_tuning(tuning: Any, bootstrap: Any) -> Tuning:
+    """``tuning`` (None: ``Tuning()``), the same on every rank of ``bootstrap``: a variant
+    compiled on one rank and not another would leave the other's launch waiting. Collective;
+    every rank sees every rank's value, so all raise together or none does."""
+    if tuning is None:
+        tuning = Tuning()
+    if not isinstance(tuning, Tuning):
+        raise RsarTypeError(f"tuning must be a rsar Tuning (or None), got "
+                            f"{type(tuning).__name__}")
+    mine = tuning.describe()
+    seen = [b.decode() for b in bootstrap.allgather(mine.encode())]
+    if any(t != seen[0] for t in seen):
+        by_rank = "; ".join(f"rank {r}: {t}" for r, t in enumerate(seen))
+        raise RsarValueError(f"every rank must build the op with the same tuning, got {by_rank}")
+    return tuning
 
 
 def check_construction(max_M: int, N: int, world: int) -> None:

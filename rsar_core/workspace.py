@@ -39,6 +39,10 @@ AUTO_UNICAST = ("unicast, since rsar's multicast kernels have not been validated
                 "yet (RSAR_MULTICAST=on uses them)")
 
 
+# Notices already logged by this process (ranks sharing one GPU)
+_NOTICES: set[str] = set()
+
+
 class Workspace:
     """Symmetric memory for frontends with ``max_M`` and ``N`` up to the given ones.
 
@@ -62,7 +66,8 @@ class Workspace:
             f"{int(allow)}|{_gpu_identity(self.device)}".encode())]
         shared = check_one_gpu_per_rank([gpu for _, gpu in got],
                                         all(flag == "1" for flag, _ in got))
-        if shared:
+        if shared and shared not in _NOTICES:
+            _NOTICES.add(shared)  # once per process: every workspace of a test run shares it
             log.warning("%s", shared)
         need = self.bytes_needed(max_M, N, self.world)  # the transport is known after setup
         self._mem = SymmetricMemory(need, self.bootstrap, device=self.device.index,

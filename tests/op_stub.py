@@ -6,23 +6,32 @@ from types import SimpleNamespace
 
 import torch
 
-from launch.cache import default_push
+from launch.tuning import Tuning
 from rsar_core.gemm_rsar import GemmRsAr
 from rsar_core.reference import scaled_product
+
+
+def retuned(op: GemmRsAr, **changes) -> GemmRsAr:
+    """A planning op like ``op`` with its tuning changed (``GemmRsAr.retune`` without a
+    workspace)."""
+    new = object.__new__(GemmRsAr)
+    new.__dict__.update(op.__dict__)
+    new.tuning, new._plans = op.tuning.replace(**changes), {}
+    return new
 
 
 def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90a",
                 N: int = 7168, world: int = 2, sm_count: int = 132,
                 dtype: torch.dtype = torch.bfloat16,
-                input_dtype: torch.dtype | None = None) -> GemmRsAr:
+                input_dtype: torch.dtype | None = None,
+                tuning: Tuning | None = None) -> GemmRsAr:
     from rsar_core.validate import check_input_dtype
     op = object.__new__(GemmRsAr)
     op.dtype = dtype
     op.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
     op.N, op.world, op.sm_count, op.mode, op.arch = N, world, sm_count, mode, arch
     op.all_reduce, op.transport = mode == "ar", transport
-    op.push = default_push(arch, transport, mode)
-    op._set_default_knobs()
+    op.tuning = tuning or Tuning()
     op._plans = {}
     op.rank, op.timeout_ns = 0, 5_000_000_000
     # the fields a launch's fixed arguments read, all zero: nothing here launches
@@ -35,17 +44,18 @@ def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90
 
 
 def cpu_op(monkeypatch, mode: str = "rs", dtype: torch.dtype = torch.bfloat16,
-           N: int = 128, max_M: int = 64, input_dtype: torch.dtype | None = None) -> GemmRsAr:
+           N: int = 128, max_M: int = 64, input_dtype: torch.dtype | None = None,
+           tuning: Tuning | None = None) -> GemmRsAr:
     """A planning op on the CPU that calls like the real one (checks, plan, output, ``out=``)
     but whose launch is the float32 product (fp8: of the scaled operands) rounded to the
     output's dtype, rank 0's rows (plus ``bias=``, in float32 before the rounding)."""
-    op = planning_op(mode, N=N, dtype=dtype, input_dtype=input_dtype)
+    op = planning_op(mode, N=N, dtype=dtype, input_dtype=input_dtype, tuning=tuning)
     op.max_M, op.device = max_M, torch.device("cpu")
     monkeypatch.setattr(op, "_require_kernel", lambda: None, raising=False)
     monkeypatch.setattr(op, "check", lambda: None, raising=False)
     monkeypatch.setattr(op, "_prepare",
-                        lambda M, K, mode, *a, block=False, bias=False: (
-                            op.plan(M, K, mode, block=block), None, ()), raising=False)
+                        lambda M, K, mode, *, block=False, bias=False: (
+                            op._resolve(M, K, mode, block, bias)[0], None, ()), raising=False)
 
     def launch(prepared, x, w, y, x_scale=None, w_scale=None, bits=0, bias=None):
         if x_scale is not None:

@@ -1,0 +1,183 @@
+"""What runs: one pure function from a call, the hardware and a ``Tuning`` to a plan and the
+``Variant`` that launches it. No torch, no driver, no device: a test can print the variant of
+any call on a CPU machine.
+
+The default path, top to bottom:
+
+    GemmRsAr(...)(x, w)                      rsar_core.gemm_rsar: validate, then
+      resolve(shape, hw, world, transport,   this module: the plan (launch.plan applies the
+              dtypes, tuning)                measured rules of launch.rules over the tile
+        -> (TilePlan, Variant)               geometry of launch.geometry), then each kernel
+                                             choice: the Tuning's where it set one, else
+                                             its rule
+      CACHE.get(variant)                     launch.cache: memory, disk, or compile
+        -> kernel_for(variant)               launch.sm90_kernel / launch.sm100_kernel
+      launcher.call_with(pointers, stream)   one launch on the current stream
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multicast.errors import RsarValueError, UnsupportedError
+
+from .geometry import BLACKWELL, MODES, TilePlan, plan_depth
+from .plan import make_plan, push_plan
+from .rules import (auto_push_all, default_early_copy, default_lean_exit, default_prefetch,
+                    default_push, default_push_window, default_stages, default_tma_store)
+from .tuning import Tuning
+from .variant import Variant, pingpong_refusal, push_for
+
+SM90 = "sm_90a"
+# Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'
+# registers hold the tile's sums and one k-group's products side by side
+BLOCK_BN = 128
+DTYPES = ("bf16", "f16")
+IN_DTYPES = ("", "e4m3")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One call: x (M, K) times w (N, K), ``mode`` "rs", "ar" or "gemm" (the plain GEMM),
+    with or without a bias added to the reduced sum."""
+
+    M: int
+    N: int
+    K: int
+    mode: str
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPU a call runs on: its kernel arch ("sm_90a", "sm_100a", "sm_103a"), SM count
+    and how many CTAs can be resident at once as 2x1 clusters (None: every SM; the GPC
+    layout may hold fewer)."""
+
+    arch: str
+    sm_count: int
+    pair_ctas: int | None = None
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    """``out``: x, w and the result ("bf16" / "f16"), or only the result where ``operands``
+    is "e4m3" (scaled fp8 x and w); ``block_scales``: the fp8 scales are block-wise."""
+
+    out: str = "bf16"
+    operands: str = ""
+    block_scales: bool = False
+
+
+def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
+            dtypes: Dtypes = Dtypes(), tuning: Tuning = Tuning()) -> tuple[TilePlan, Variant]:
+    """The plan and the kernel variant of ``shape``. Raises RsarValueError (or
+    UnsupportedError, for what this arch has no kernel for) where ``tuning`` or the call
+    asks for something no kernel can run; nothing has been compiled or launched then."""
+    _check(shape, hw, dtypes, tuning)
+    arch, t, mode = hw.arch, tuning, shape.mode
+    sm90 = arch == SM90
+    op_push = t.push or default_push(arch, transport, mode)
+    push = push_for(op_push, mode) if sm90 else "lsu"
+    plan = _plan(shape, hw, world, transport, dtypes, t, op_push)
+    trace = int(t.trace and sm90)
+    tma_store = (default_tma_store(arch, push, plan.mode) if t.tma_store is None
+                 else int(t.tma_store and plan.mode == "gemm" and push == "tma" and sm90))
+    if t.pingpong:
+        why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(dtypes.operands),
+                               bool(plan.sk), bool(trace), bool(t.push_ctas))
+        if why:
+            raise RsarValueError(f"Tuning.pingpong: {why} (the plan of M={shape.M}; "
+                                 f"Tuning.bn picks the width)")
+    if t.push_window is None or push == "lsu" or plan.mode == "gemm":
+        push_window = default_push_window(arch, transport, push, plan)
+    else:
+        push_window = int(t.push_window)
+    if t.lean_exit is None:
+        lean_exit = default_lean_exit(arch, transport, mode)
+    else:
+        lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
+    if t.epi_slots or not sm90:
+        stages = 0
+    else:
+        stages = t.stages or default_stages(arch, transport, push, plan)
+    v = Variant(
+        arch, plan.bn, world, plan.mode, transport, plan.cta_group,
+        epi_slots=t.epi_slots, push=push,
+        peers_first=int(plan.peers_first), pair_n=int(plan.pair_n), stages=stages,
+        push_all=int(plan.push_all), pdl=int(t.pdl and sm90),
+        prefetch=default_prefetch(arch, world, transport, mode) if t.prefetch else 0,
+        early_copy=default_early_copy(arch, transport, plan) if t.early_copy else 0,
+        push_window=push_window, flat=int(plan.flat), sk=int(plan.sk > 1),
+        split_row=int(plan.split_row), push_ctas=int(plan.push_ctas > 0),
+        lean_exit=lean_exit, tma_store=tma_store, trace=trace,
+        block_scales=int(dtypes.block_scales), pingpong=int(t.pingpong),
+        dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias))
+    return plan, v
+
+
+def resolve_variant(shape: Shape, hw: Hardware, world: int, transport: str,
+                    dtypes: Dtypes = Dtypes(), tuning: Tuning = Tuning()) -> Variant:
+    """The kernel variant ``resolve`` picks for ``shape``."""
+    return resolve(shape, hw, world, transport, dtypes, tuning)[1]
+
+
+def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
+    """What the Tuning or the dtypes ask for that this call or arch cannot run."""
+    if shape.mode not in MODES:
+        raise RsarValueError(f"mode must be one of {MODES}, got {shape.mode!r}")
+    if dtypes.out not in DTYPES or dtypes.operands not in IN_DTYPES:
+        raise RsarValueError(f"dtypes must be out in {DTYPES}, operands in {IN_DTYPES}; got "
+                             f"{dtypes}")
+    if shape.bias and shape.mode == "gemm":
+        raise RsarValueError("the plain GEMM (gemm_only) takes no bias")
+    if dtypes.block_scales:
+        if not dtypes.operands:
+            raise RsarValueError("block-wise scales are for fp8 ops (input_dtype="
+                                 "torch.float8_e4m3fn)")
+        if hw.arch != SM90:
+            raise UnsupportedError(f"block-wise fp8 scales run on sm90 (H100/H200) so far, "
+                                   f"not {hw.arch}")
+        if t.bn not in (None, 64, 128):
+            raise RsarValueError(f"block-wise scales run on tiles 64 or 128 wide (a 128 x 128 "
+                                 f"block of w per tile column), not Tuning.bn={t.bn}")
+    if hw.arch != SM90:
+        # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages")
+                           if k in t.changed())
+        if sm90_only:
+            raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
+                                 f"kernel choices; the {hw.arch} kernel has none")
+    if t.push_ctas and shape.mode == "ar":
+        raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
+
+
+def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes, t: Tuning,
+          op_push: str) -> TilePlan:
+    M, N, mode, arch = shape.M, shape.N, shape.mode, hw.arch
+    K = plan_depth(shape.K, dtypes.operands)
+    bn = t.bn or (BLOCK_BN if dtypes.block_scales else None)
+    # Plans that can pick 2x1 clusters need the occupancy of 2x1 clusters
+    pair_ctas = hw.pair_ctas if arch in BLACKWELL or t.cta_group != 1 else None
+    try:
+        if t.push_ctas and mode == "rs":
+            if arch != SM90 or transport != "unicast" or op_push == "lsu":
+                raise RsarValueError("Tuning.push_ctas: push CTAs are an sm90 RS plan over "
+                                     "unicast with bulk-copy pushes")
+            return push_plan(M, N, K, world, hw.sm_count, t.push_ctas, bn=bn, band=t.band)
+        if mode == "ar" and t.push_all is not None:
+            push_all = t.push_all
+        else:
+            push_all = auto_push_all(mode, transport, push_for(op_push, mode))
+        sm90 = arch == SM90
+        return make_plan(M, N, K, world, hw.sm_count, mode, arch=arch, bn=bn,
+                         pair_ctas=pair_ctas, cta_group=t.cta_group, lag=t.lag,
+                         rotate=t.rotate, peers_first=t.peers_first, band=t.band,
+                         pair_n=t.pair_n, push_all=push_all,
+                         flat=t.flat if sm90 else False,
+                         sk=t.sk if sm90 and not t.pingpong else False,
+                         split_row=t.split_row if sm90 else False)
+    except RsarValueError:
+        raise
+    except ValueError as e:
+        raise RsarValueError(f"{t.describe()} cannot plan {M} x {N} x {shape.K} {mode}: "
+                             f"{e}") from None

@@ -1,0 +1,272 @@
+"""The measured rules: every choice rsar makes for a call nobody tuned, with its condition
+and the docs/PERF.md section that measured it (2x H200 unless it says one H200).
+
+Each rule below is a small pure function; ``launch.plan`` applies the plan rules where the
+caller's ``Tuning`` left a plan field at None, ``launch.resolve`` the kernel rules. A rule
+changes here and only here, with its measurement; tests/grid_plans.json shows which grid
+shapes it moved.
+
+| rule | condition | choice | PERF.md |
+|---|---|---|---|
+| ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y) |
+| ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
+| ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
+| ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
+| ``choose_flat`` | fused, M 513-768, K <= 4096 | flat peers-first | (q) |
+| ``choose_sk`` | fused, M 257-1152, K >= 4096 | flat peers-first with the split-K tail | (q) |
+| ``SPLIT_ROW_GAIN`` | RS round order, lane cost <= 0.8x | split the shared tile row | (r) |
+| ``choose_band`` | K > 1024 | bands of 16 tile rows | (d) |
+| ``choose_gemm_cluster`` / ``ONE_CTA_COST`` | plain GEMM, K > 1024, M > 128 | 2x1 clusters unless 1-CTA is 5% cheaper | (d), (t) |
+| ``choose_fused_cluster`` | fused, K > 1024 and M >= 2048 (RS) / 4096 (AR); or 4+ tile rows at long K | 2x1 clusters, lag 1 / lag 0 | (e), (g) |
+| ``choose_sm100`` | sm100 | 2-CTA MMA from M=1024, 256 wide from M*K = 24 Mi | (SM100.md) |
+| ``default_push`` | sm90 unicast | bulk-copy pushes (AR: results too) | (c) |
+| ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
+| ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
+| ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
+| ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
+| ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
+| PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
+"""
+from __future__ import annotations
+
+from .geometry import BM, TilePlan, ceil_div
+
+# Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
+BAND_TILE_ROWS = 16
+# A shared RS tile row is split between two lists (``split_row``) only where the lane cost
+# drops at least this much: 2x H200 (docs/PERF.md (r)), N=7168: M 1025-1152 (cost 0.74x:
+# three rounds of 224-wide tiles -> two of 256) RS +1-3% at K <= 2048, +10% at 4096, +17%
+# at 9216; M 2817-2944 (0.92x: seven rounds -> six) -5% at K=2048, +2-7% at 9216; where
+# the round count stays, 2-8% slower.
+SPLIT_ROW_GAIN = 0.8
+# Time per output column of a tile width against BN=256 at the same tiles per SM (GEMM alone,
+# 2x H200, docs/PERF.md (d)): narrower tiles reload x's tile for fewer columns.
+# 160 / 192: the GEMM alone on one H200 at M 576-1088 (docs/PERF.md (y)), 1-CTA tiles.
+TILE_COST = {256: 1.0, 224: 1.03, 192: 1.06, 160: 1.12, 128: 1.18}
+# A 1-CTA plain GEMM's time against a 2x1-cluster one of the same width and tiles per lane
+# (the pair shares w's tile): 2-11% slower at K >= 4096 (docs/PERF.md (d)); 1.05 fits the
+# one-GPU runs of docs/PERF.md (t).
+ONE_CTA_COST = 1.05
+
+
+def lane_cost(plan: TilePlan) -> float:
+    """Modelled time of a plan: the most tiles one lane computes, times the tile's width and
+    its ``TILE_COST``. The last wave is what a persistent grid waits for: at 2048 x 7168,
+    224-wide tiles give every lane of the round order 4 tiles of 224 columns where 256-wide
+    ones give some lanes 4 and most 3 (448 tiles over 2 x 66 lanes)."""
+    return (plan.rounds - plan.lag) * plan.bn * TILE_COST.get(plan.bn, 1.5)
+
+
+def choose_sm100(M: int, N: int, K: int) -> tuple[int, int]:
+    """(BN, cta_group) on sm100: 2-CTA MMA once M >= 1024 or the tile rows pair up evenly;
+    BN=256 once the A operand is large enough (M*K >= 24 Mi) to be worth halving its reloads."""
+    tiles_m = ceil_div(M, BM)
+    cta_group = 2 if (M >= 1024 or tiles_m % 2 == 0) else 1
+    bn = 256 if (M * K >= 24 * 1024 * 1024 and N % 256 == 0) else 128
+    return bn, cta_group
+
+
+def choose_push_all(M: int, K: int) -> bool:
+    """Whether a world-2 sm90 AR plan that nothing else was forced on pushes all (module
+    docstring). Measured on 2x H200 (docs/PERF.md (i), N 7168 and 8192, against the owner
+    plan ``choose_small_m`` picks): one tile row 5-8% faster at K 1024-9216 (one exchange,
+    one system fence per tile instead of two); two tile rows 5-10% faster at K >= 4096 and
+    a tie at K=1024; from M=512 on 2-15% slower (every tile is reduced after the CTA's last
+    push, a tail that grows with M)."""
+    return M <= BM or (M <= 2 * BM and K >= 4096)
+
+
+def choose_gemm_width(M: int, N: int, sm_count: int) -> int | None:
+    """64-wide tiles for the plain GEMM (mode "gemm") on sm90 where M is one tile row and
+    they fit one wave, else None (the width of least ``lane_cost``): at M=128, N=7168 the
+    128-wide tiles that model picks fill 56 of 132 SMs. Measured on 2x H200 (docs/PERF.md
+    (i), N 7168 and 8192, K 1024-9216): 13-23% faster at M=128, 7-45% slower from M=256."""
+    return 64 if M <= BM and ceil_div(N, 64) <= sm_count else None
+
+
+def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
+    """(BN or None for the width of least ``lane_cost``, peers-first, pairs along N) of a
+    fused sm90 plan at small M, where one round of tiles leaves nothing to overlap the pushes
+    with. Measured on 2x H200 (docs/PERF.md (c) and (g), N 7168 and 8192, against the round
+    order at the then default width): one tile row (M <= 128) runs 64-wide tiles
+    peers-first, RS 8-22% and AR 5-15% faster (128-wide tiles leave half the SMs idle
+    there), except AR at K > 1024, where 64-wide pairs along N in the round order (x's tile
+    multicast to both CTAs of a cluster) are 8-20% faster than the 1-CTA plans they replace
+    (64-wide peers-first at K=4096, the round order at K=9216; at K=1024 they tie); at
+    K <= 1024 two tile rows run 64-wide peers-first too (5-11%), and up to M=1024 the
+    peers-first order at the usual width gains -2..+11% (RS at M=1024 is a wash). With
+    longer K beyond one tile row the orders tie (+-1%), so the round order stays. RS gains
+    nothing from pairs along N (in either order it ties the 1-CTA plan). At K=2048 two tile
+    rows gain from the 64-wide peers-first plan too: RS 6.4-6.6%, AR 7.4-8.8% over the
+    round order (docs/PERF.md (m), N 7168 and 8192). With the push window (one sub-tile's
+    copies in flight, so the own tiles' mainloop no longer queues behind a tile of copies)
+    RS's peers-first order also wins from four to eight tile rows at K <= 4096: +1.5-3.3% at
+    M=1024 with K 2048 and 4096, +0.6-2.8% at 512 x 2048, a tie at 512 x 4096, in two runs
+    at N 7168 and 8192 (docs/PERF.md (o)); at K=9216 it loses 3-9%. AR's does not (its
+    result round follows): 5-7% slower there except at 512 x 2048. At three tile rows
+    (M 257-384) both orders' peers-first wins where the round order leaves a whole tile row
+    to one rank's lanes: RS +1.7-9.2% at K <= 4096 (one shape -2%), AR +2-11.5% at K 2048-9216
+    (one shape -0.3%), two runs at M 320 / 384, N 7168 / 8192 (docs/PERF.md (p)); RS at
+    K=9216 is split (M=384 +2-5%, M=320 -1..-4%), so it keeps the round order there."""
+    if M <= BM and mode == "ar" and K > 1024:
+        return 64, False, True
+    if M <= BM:
+        return 64, True, False
+    if K <= 2048 and M <= 2 * BM:
+        return 64, True, False
+    if K <= 1024 and M <= 8 * BM:
+        return None, True, False
+    if mode == "rs" and K <= 4096 and 2 * BM < M <= 8 * BM:
+        return None, True, False
+    if mode == "ar" and 2 * BM < M <= 3 * BM:
+        return None, True, False
+    return None, False, False
+
+
+def choose_sk(M: int, K: int, mode: str) -> bool:
+    """Whether a fused sm90 plan nothing else was forced on runs the flat peers-first order
+    with the split-K tail, where that plan has a partial last round to split (module
+    docstring). Measured on 2x H200 (docs/PERF.md (q), two runs, N 7168 and 8192, M 320-1152
+    off the grid's powers of two): at K >= 4096 it beats the plans it replaces (the round
+    order with its lag round at K=9216, flat or per-list peers-first at K=4096) at every
+    shape but two within 2.4%: RS up to +12%, AR up to +20% (640 x 7168 x 9216: AR from
+    0.88x to 1.05x of torch.mm + NCCL). At K=2048 the pieces' loads and merge cost more than
+    the idle lanes they fill (-4..-16%). From three to nine tile rows, where it was measured."""
+    return mode in ("rs", "ar") and K >= 4096 and 2 * BM < M <= 9 * BM
+
+
+def choose_flat(M: int, K: int, mode: str) -> bool:
+    """Whether a fused sm90 plan nothing else was forced on runs the flat peers-first order
+    (module docstring). Measured on 2x H200 (docs/PERF.md (q), two runs, N 7168 and 8192,
+    against the plans of ``choose_small_m``): at five and six tile rows (M 513-768) with
+    K <= 4096 the per-list order leaves most lanes idle in each list's last round, or the
+    lane cost picks 224/256-wide tiles on 96 CTAs; one flat sequence of 128-wide tiles on
+    every SM runs RS +3..+29% (K=2048: 576-704 rows go from 0.79-0.98x of torch.mm + NCCL
+    to 0.97-1.13x) and AR +3..+8%. At four tile rows and below the lists are even (a
+    2-4% loss), at K=9216 the round order's lag round wins (RS -3..-8%), and from nine tile
+    rows the two orders split by shape (-8..+18%)."""
+    return mode in ("rs", "ar") and K <= 4096 and 4 * BM < M <= 6 * BM
+
+
+def choose_band(K: int, cta_group: int) -> int:
+    """Unit rows per band: ``BAND_TILE_ROWS`` tile rows (16 rows of 1-CTA tiles, 8 rows of
+    pair-tiles) once K > 1024; row-major below. Measured on 2x H200 (docs/PERF.md (d)): at
+    K=9216 the bands make RS 1-13% and the GEMM alone 1-11% faster (rows of x and columns of
+    w no longer fit L2 together); at K=1024 everything fits L2 and row-major was 1-3% faster."""
+    if K <= 1024:
+        return 0
+    return max(1, BAND_TILE_ROWS // cta_group)
+
+
+def choose_gemm_cluster(M: int, K: int) -> int:
+    """cta_group of the plain GEMM (mode "gemm") on sm90: 2x1 clusters sharing w's tile, in
+    bands of 8 pair rows, once K > 1024 and there are two tile rows to pair. Measured 2-11%
+    faster than 1-CTA tiles at K >= 4096, M >= 512 on H200; slower at M=128 (one tile row)
+    and mixed at K=1024 (docs/PERF.md (d)). ``make_plan`` still takes the 1-CTA plan where
+    the pairs' lane cost is higher (``_gemm_one_cta_if_cheaper``)."""
+    return 2 if K > 1024 and M > BM else 1
+
+
+def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:
+    """The lag of a fused sm90 plan on 2x1 clusters, or None for 1-CTA tiles (``_make_plan``
+    takes the pair plan only where it is allowed: lag 1 where ``pairs_whole`` and 3+ rounds
+    hide the slack, lag 0 only where ``pairs_whole`` too). The pair-tile halves the loads of
+    w per output tile, which pays once the mainloop dominates. Measured on 2x H200 against
+    the 1-CTA plan in the same run, N 7168 / 8192:
+    - lag 1 (docs/PERF.md (e), K 2048-9216, M 2048-16384): RS 0-9% faster (one shape 3%
+      slower), geomean 4.3%; AR from M=4096 -3..+7%, geomean 1.5%;
+    - lag 0 from 4 tile rows up to the lag-1 range (docs/PERF.md (g)): AR at K >= 4096 0-6%
+      faster at M 512, 1024, 1536 and 2048 (4-5% slower at K=1024); RS at K=9216 5% at
+      M=512 and 1-3% at M=1536 (a tie at 1024; at K=4096 ties). Where a pair would straddle
+      two owners (M 640 and 768 here) the 2x1 plan lost up to 12% (RS) and 9% (AR), hence
+      ``pairs_whole``."""
+    if K > 1024 and M >= (2048 if mode == "rs" else 4096):
+        return 1
+    if M > 3 * BM and K > (1024 if mode == "ar" else 4096):
+        return 0
+    return None
+
+
+def default_push(arch: str, transport: str, mode: str = "rs") -> str:
+    """How partials reach peers by default: bulk copies on sm90 unicast (measured 8-13%
+    faster RS than thread stores on 2x H200), and for AR its reduced tiles too (1-2% at
+    link-bound shapes, docs/PERF.md); thread stores elsewhere."""
+    if arch != "sm_90a" or transport != "unicast":
+        return "lsu"
+    return "tma_all" if mode == "ar" else "tma"
+
+
+def auto_push_all(mode: str, transport: str, push: str) -> bool | None:
+    """``make_plan``'s push_all for an op that forces nothing: None (the plan's choice,
+    ``choose_push_all``) where a kernel can run push-all (AR over unicast with bulk-copy
+    pushes), else False."""
+    return None if mode == "ar" and transport == "unicast" and push != "lsu" else False
+
+
+def default_prefetch(arch: str, world: int, transport: str, mode: str) -> int:
+    """1 where a kernel's reductions load one sub-tile ahead by default (``CommWarps``
+    ``prefetch``): sm90 fused kernels at world 2 over unicast (docs/PERF.md (j))."""
+    return int(arch == "sm_90a" and world == 2 and transport == "unicast" and mode != "gemm")
+
+
+def default_early_copy(arch: str, transport: str, plan: TilePlan) -> int:
+    """1 where AR copies its results back during the rounds (``Sm90FusedKernel``
+    ``early_copy``): sm90 owner plans over unicast with the lag round. Same run on 2x H200
+    (docs/PERF.md (l), M 1024-16384): geomean 1.022x, 4-11% faster at K=1024 from M=4096,
+    none slower beyond the noise."""
+    return int(arch == "sm_90a" and transport == "unicast" and plan.mode == "ar"
+               and not plan.push_all and plan.lag == 1)
+
+
+def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) -> int:
+    """1 where a CTA keeps one sub-tile's bulk copies in flight at a time (``CommWarps``
+    ``push_window``): sm90 unicast AR owner plans and RS peers-first plans. Same run on
+    2x H200 (docs/PERF.md (n)): AR 1.6-2.3% faster at M 1024-4096, none slower; RS 7%
+    faster at M=1024, K=1024 (peers-first), but 3-8% slower at K=1024 from M=2048
+    (many rounds, link-bound), so RS's other plans keep all of a tile's copies in flight."""
+    if arch != "sm_90a" or transport != "unicast" or push == "lsu":
+        return 0
+    if plan.mode == "ar":
+        return int(not plan.push_all)
+    return int(plan.mode == "rs" and plan.peers_first)
+
+
+def default_stages(arch: str, transport: str, push: str, plan: TilePlan) -> int:
+    """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, else 0 (the kernel's
+    3 mainloop stages with a whole-tile sub-tile ring). The ring's depth lets a lane's MMA
+    warps start its next tile while the last one is pushed or stored; with at most two
+    tiles per lane (three for the GEMM alone at 224 wide, one at 256) there is little next
+    tile to start, and a fourth stage keeps more k-blocks in flight instead. Same runs on
+    2x H200 (docs/PERF.md (t), two runs, N 7168 / 8192, K 1024-9216, M 384-1152), four
+    stages against three: RS +1.3..+5.7% and AR +3.3..+3.8% on 224-wide two-round plans at
+    K >= 2048 (M 896-1024); the GEMM alone +1.5..+7.0% at 224 wide (M 384-1152) and
+    +1.1..+4.4% on 256-wide one-round plans (M 384-512). K=1024 ties (0.98-1.02), RS plans
+    that split a shared row lose up to 7% (1152 x 7168), and from four tiles per lane
+    the GEMM alone loses 1-6% (docs/PERF.md (s)). Bulk-copy pushes on unicast only, where
+    it was measured."""
+    if (arch != "sm_90a" or transport != "unicast" or push == "lsu" or plan.K < 2048
+            or plan.split_row or plan.sk):
+        return 0
+    tiles = plan.rounds - plan.lag
+    if plan.bn == 224 and tiles <= (3 if plan.mode == "gemm" else 2):
+        return 4
+    return 4 if plan.bn == 256 and tiles <= 1 else 0
+
+
+def default_lean_exit(arch: str, transport: str, mode: str) -> int:
+    """1 where fused kernels end without system fences or ``done`` stamps
+    (``protocol.finish_launch``): nowhere yet. The start stamps make those fences
+    unnecessary, and the lean exit passed the GPU suite on one shared GPU at world 2 and 4
+    (docs/PERF.md (u)); it becomes the default once it is timed on two GPUs against the
+    fenced exit (bench columns ``rs_lean`` / ``ar_lean``)."""
+    return 0
+
+
+def default_tma_store(arch: str, push: str, mode: str) -> int:
+    """1 where the plain GEMM stores its output by TMA (``Sm90FusedKernel`` ``tma_store``):
+    sm90 with bulk-copy rows in its ring. One H200, same run, the issue's 48 shapes
+    (docs/PERF.md (v)): 1.018x the communication threads' 16-B stores on the geomean,
+    1.033x at M <= 512 where a CTA's one tile ends the launch, 1.020x at M 1024-2048,
+    1.001x from M=4096 (where the copy-out already ran under the next tile's mainloop)."""
+    return int(arch == "sm_90a" and mode == "gemm" and push == "tma")

@@ -1,0 +1,163 @@
+"""``Tuning``: what a person may ask of the kernels, as one frozen value.
+
+Every field left at its default lets the measured rules (``launch.rules``) decide; a field
+set away from it overrides one rule or turns on one experiment, for every call of the op
+built with it. ``GemmRsAr(..., tuning=Tuning(bn=192))`` builds such an op;
+``op.retune(bn=192)`` returns one that shares ``op``'s workspace (benchmarks). The fields,
+what they accept and the measurement behind each default are listed in docs/TUNING.md.
+
+A value is validated once, when it is made: a bad one raises ``RsarValueError`` naming the
+field and what it accepts. Whether a valid value fits a given call (a tile width N cannot
+take, push CTAs on an all-reduce) is checked by ``launch.resolve`` before any launch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from multicast.errors import RsarValueError
+
+from .geometry import MAX_BAND, TILE_NS
+
+PUSHES = ("lsu", "tma", "tma_all")
+# Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
+# sub-tile ring depths a forced ``epi_slots`` may ask for (0: a whole tile)
+STAGES = (3, 4, 5, 6, 7, 8)
+EPI_SLOTS = tuple(range(0, 17))
+
+# field -> (what it accepts, for the error message)
+_ACCEPTS = {
+    "bn": f"None or a tile width of {TILE_NS}",
+    "cta_group": "None, 1 (1-CTA tiles), 2 (2x1 clusters), or 3 / 4 (the plain GEMM's clusters "
+                 "of that many tile rows, an experiment)",
+    "lag": "None, 0 or 1",
+    "band": f"None or an int in [0, {MAX_BAND}] (0: row-major)",
+    "peers_first": "None, True or False",
+    "pair_n": "True or False",
+    "push_all": "None, True or False",
+    "flat": "None, True or False",
+    "sk": "None, True or False",
+    "split_row": "None, True or False",
+    "rotate": "True or False",
+    "push": f"None or one of {PUSHES}",
+    "stages": f"None or one of {STAGES}",
+    "epi_slots": f"one of {EPI_SLOTS} (0: the kernel's)",
+    "pdl": "True or False",
+    "prefetch": "True or False",
+    "early_copy": "True or False",
+    "push_window": "None, True or False",
+    "tma_store": "None, True or False",
+    "push_ctas": "an int >= 0 (0: off; at most a quarter of the SMs)",
+    "lean_exit": "None, True or False",
+    "pingpong": "True or False",
+    "trace": "True or False",
+}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Overrides of the measured rules and the experiments still open (docs/TUNING.md).
+
+    Plan shape (``launch.plan``; None: the rules decide):
+    ``bn`` tile width; ``cta_group`` 1-CTA tiles or 2x1 clusters sharing w's tile; ``lag``
+    the round order's lag round; ``band`` unit rows per band of the tile order;
+    ``peers_first`` peers' tiles before the own ones; ``pair_n`` 2x1 clusters pairing tiles
+    along N; ``push_all`` the world-2 push-all AR plan; ``flat`` the flat peers-first order;
+    ``sk`` the split-K tail; ``split_row`` RS lists splitting a shared tile row.
+
+    Kernel (sm90): ``push`` how partials reach peers ("lsu" thread stores, "tma" bulk
+    copies, "tma_all" AR's reduced tiles as bulk copies too); ``stages`` at least this many
+    mainloop stages; ``epi_slots`` the sub-tile ring depth; ``pdl`` programmatic dependent
+    launch; ``prefetch`` reductions loading a sub-tile ahead; ``early_copy`` AR copying
+    results back during the rounds; ``push_window`` one sub-tile's copies in flight;
+    ``tma_store`` the plain GEMM's TMA store. ``pdl``, ``prefetch`` and ``early_copy`` are
+    on where the rules take them; False turns them off.
+
+    Experiments, off by default until two GPUs time them: ``rotate`` lanes changing part
+    every round; ``push_ctas`` CTAs that only push (RS); ``lean_exit`` the exit without
+    system fences; ``pingpong`` ping-pong MMA warp groups. ``trace`` records per-CTA event
+    times (``GemmRsAr.read_trace``).
+    """
+
+    bn: int | None = None
+    cta_group: int | None = None
+    lag: int | None = None
+    band: int | None = None
+    peers_first: bool | None = None
+    pair_n: bool = False
+    push_all: bool | None = None
+    flat: bool | None = None
+    sk: bool | None = None
+    split_row: bool | None = None
+    rotate: bool = False
+    push: str | None = None
+    stages: int | None = None
+    epi_slots: int = 0
+    pdl: bool = True
+    prefetch: bool = True
+    early_copy: bool = True
+    push_window: bool | None = None
+    tma_store: bool | None = None
+    push_ctas: int = 0
+    lean_exit: bool | None = None
+    pingpong: bool = False
+    trace: bool = False
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _valid(f.name, value):
+                raise RsarValueError(f"Tuning.{f.name} must be {_ACCEPTS[f.name]}, got "
+                                     f"{value!r}")
+
+    def changed(self) -> dict[str, Any]:
+        """The fields set away from their defaults."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default}
+
+    def replace(self, **changes: Any) -> "Tuning":
+        """A copy with ``changes``; an unknown field raises RsarValueError."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise RsarValueError(f"Tuning has no field {', '.join(sorted(unknown))}; its "
+                                 f"fields are {', '.join(_ACCEPTS)}")
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """``Tuning(bn=192, ...)`` of the changed fields only: the same text on every rank
+        for the same value (what ranks compare to agree on it)."""
+        return "Tuning(" + ", ".join(f"{k}={v!r}" for k, v in sorted(self.changed().items())) + ")"
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid(name: str, v: Any) -> bool:
+    if name in ("pair_n", "rotate", "pdl", "prefetch", "early_copy", "pingpong", "trace"):
+        return _is_bool(v)
+    if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
+                "tma_store", "lean_exit"):
+        return v is None or _is_bool(v)
+    if name == "bn":
+        return v is None or (_is_int(v) and v in TILE_NS)
+    if name == "cta_group":
+        return v is None or (_is_int(v) and v in (1, 2, 3, 4))
+    if name == "lag":
+        return v is None or (_is_int(v) and v in (0, 1))
+    if name == "band":
+        return v is None or (_is_int(v) and 0 <= v <= MAX_BAND)
+    if name == "push":
+        return v is None or v in PUSHES
+    if name == "stages":
+        return v is None or (_is_int(v) and v in STAGES)
+    if name == "epi_slots":
+        return _is_int(v) and v in EPI_SLOTS
+    if name == "push_ctas":
+        return _is_int(v) and v >= 0
+    raise AssertionError(f"no validation for Tuning.{name}")
