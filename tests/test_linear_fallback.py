@@ -183,6 +183,18 @@ def _case_fused_standin() -> dict[str, Any]:
             "err": rel_err(y.reshape(ref.shape), ref), "fused": layer.fused_calls,
             "unfused": layer.unfused_calls, "op_calls": op.calls, "path": layer.last_path,
             "shape": list(y.shape)}
+    # torch.compile(fullgraph=True) traces both paths' choice and the op (counters: eager only)
+    x, w, b = full_inputs(55, 8, 48, 64, bias=True)
+    for path in ("fused", "auto"):
+        op = SumOp(48, True)
+        layer = AutoRowParallelLinear(shard(w, r).to(torch.bfloat16), op=op,
+                                      bias=b.to(torch.bfloat16), path=path)
+        layer.fused_device_types = ("cpu",)
+        f = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        with torch.no_grad():
+            y = f(shard(x, r).to(torch.bfloat16).reshape(2, 4, 64))
+        out[f"compiled_{path}"] = {"err": rel_err(y.reshape(8, 48), x @ w.T + b),
+                                   "op_calls": op.calls, "counted": layer.fused_calls}
     # the choice: should_run false, M past max_M with path="fused", another dtype, CPU
     op = SumOp(48, True, max_M=16, should=False)
     x, w, _ = full_inputs(60, 20, 48, 64)
@@ -268,6 +280,9 @@ def test_fused_path_plumbing_and_choice(tmp_path):
             assert c["err"] < BF16_TOL, (r, key, c)
             assert (c["fused"], c["unfused"], c["op_calls"], c["path"]) == (1, 0, 1, "fused")
             assert c["shape"] == shape
+        for path in ("fused", "auto"):
+            c = res[f"compiled_{path}"]
+            assert c["err"] < BF16_TOL and c["op_calls"] >= 1 and c["counted"] == 0, c
         ch = res["choices"]
         assert ch["should_false"] == ["unfused", "op.should_run is false"]
         assert ch["forced_small"] == ["fused", 'path="fused"']

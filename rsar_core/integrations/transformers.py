@@ -43,7 +43,7 @@ from torch import nn
 from ..errors import RsarTypeError, RsarValueError, UnsupportedError
 from ..linear import PATHS, AutoRowParallelLinear, Collective
 
-__all__ = ["shard_model", "RsarTensorParallel", "SUPPORTED_STYLES"]
+__all__ = ["shard_model", "RsarTensorParallel", "SUPPORTED_STYLES", "TINY_KINDS", "tiny_config"]
 
 log = logging.getLogger("rsar")
 
@@ -320,3 +320,34 @@ def _shard_experts(base: nn.Module, name: str, experts: nn.Module, plan: dict[st
 
     experts.register_forward_hook(_all_reduce)
     tp.experts.append(name)
+
+
+# ---------------------------------------------------------------- tiny models for examples
+TINY_KINDS = ("llama", "qwen3", "qwen3_moe")
+
+
+def tiny_config(kind: str, vocab_size: int = 256, **overrides: Any) -> Any:
+    """A small random-init config of ``kind`` (nothing is downloaded), for the example and
+    the tests: hidden 128, 2 layers, 4 query / 2 kv heads of 32, MLP 256, so that at 2 ranks
+    every rowwise layer's K (64 attention, 128 MLP) fits the fused op's K alignment (64).
+    Llama has biases on (the rowwise bias must be added once); Qwen3-MoE routes layer 0
+    (4 experts, top 2, 128 features each) and keeps layer 1 dense."""
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        max_position_embeddings=512, tie_word_embeddings=False,
+        # wider than the default 0.02: logits far enough apart that greedy decoding is
+        # decided by the model, not by bf16 rounding
+        initializer_range=0.1)
+    if kind == "llama":
+        from transformers import LlamaConfig
+        return LlamaConfig(**{**common, "attention_bias": True, "mlp_bias": True, **overrides})
+    if kind == "qwen3":
+        from transformers import Qwen3Config
+        return Qwen3Config(**{**common, **overrides})
+    if kind == "qwen3_moe":
+        from transformers import Qwen3MoeConfig
+        return Qwen3MoeConfig(**{**common, "num_experts": 4, "num_experts_per_tok": 2,
+                                 "moe_intermediate_size": 128, "decoder_sparse_step": 1,
+                                 "mlp_only_layers": [1], "norm_topk_prob": True, **overrides})
+    raise RsarValueError(f"kind must be one of {TINY_KINDS}, got {kind!r}")

@@ -43,6 +43,8 @@ run fp8 420 mpirun -n "$W" $P tests/gpu/test_fp8_gpu.py
 run embedding 150 mpirun -n "$W" $P tests/gpu/test_embedding_gpu.py
 run torch_op 120 mpirun -n "$W" $P tests/gpu/test_torch_op_gpu.py
 run symmetric 60 mpirun -n "$W" $P tests/gpu/test_symmetric_gpu.py
+# transformers models (tests/gpu/test_hf_gpu.py); first calls compile kernels and Inductor
+run hf 420 mpirun -n "$W" $P tests/gpu/test_hf_gpu.py
 run tp_mpirun 90 mpirun -n "$W" python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
 run tp_bias 90 mpirun -n "$W" python3 scripts/tp_worker.py --bias --json "$out/tp_bias.json"
 run tp_torchrun 90 torchrun --nproc-per-node "$W" scripts/tp_worker.py --torchrun
