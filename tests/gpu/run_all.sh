@@ -48,4 +48,5 @@ run hf 420 mpirun -n "$W" $P tests/gpu/test_hf_gpu.py
 run tp_mpirun 90 mpirun -n "$W" python3 scripts/tp_worker.py --json "$out/tp_mpirun.json"
 run tp_bias 90 mpirun -n "$W" python3 scripts/tp_worker.py --bias --json "$out/tp_bias.json"
 run tp_torchrun 90 torchrun --nproc-per-node "$W" scripts/tp_worker.py --torchrun
+run hf_generate 300 torchrun --nproc-per-node "$W" scripts/hf_generate.py --model tiny-llama
 run demo 60 mpirun -n 2 python3 scripts/demo.py
