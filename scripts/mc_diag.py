@@ -30,15 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-_SCRIPTS = Path(__file__).resolve().parent
-for _p in (_SCRIPTS.parent, _SCRIPTS):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
 
+from multicast import host_probes as hostprobe  # noqa: E402
 from multicast.bootstrap import Bootstrap  # noqa: E402
 from multicast.errors import MulticastPolicyError  # noqa: E402
-
-import mc_diag_probes as hostprobe  # noqa: E402
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1

@@ -17,9 +17,10 @@ _TORCHRUN_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZ
                             "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK"})
 
 
-def load_script(name: str, module_name: str) -> ModuleType:
-    """``scripts/<name>`` imported as ``module_name`` (a script is not a package module)."""
-    spec = importlib.util.spec_from_file_location(module_name, REPO / "scripts" / name)
+def load_script(name: str, module_name: str, folder: str = "scripts") -> ModuleType:
+    """``<folder>/<name>`` (scripts/ or benchmarks/) imported as ``module_name`` (a script is
+    not a package module)."""
+    spec = importlib.util.spec_from_file_location(module_name, REPO / folder / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
@@ -36,9 +37,10 @@ def plain_env(*, repo_on_path: bool = False, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_script(name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``python scripts/<name> args...`` in ``plain_env()``, output captured as text."""
-    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *args],
+def run_script(name: str, *args: str, timeout: float = 60,
+               folder: str = "scripts") -> subprocess.CompletedProcess:
+    """``python <folder>/<name> args...`` in ``plain_env()``, output captured as text."""
+    return subprocess.run([sys.executable, str(REPO / folder / name), *args],
                           capture_output=True, text=True, timeout=timeout, env=plain_env())
 
 

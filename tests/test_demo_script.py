@@ -34,16 +34,6 @@ def test_no_gpu_plain_sentence_and_exit_2():
 
 
 @needs_no_gpu
-def test_no_gpu_hidden_devices_too():
-    # CUDA_VISIBLE_DEVICES="" hides every GPU, as on a host that has none.
-    p = subprocess.run([sys.executable, str(SCRIPT), "--M", "128"], capture_output=True,
-                       text=True, env=_plain_env(CUDA_VISIBLE_DEVICES=""), timeout=120,
-                       cwd=str(REPO), stdin=subprocess.DEVNULL)
-    assert p.returncode == 2 and p.stdout.strip() == NO_GPU, p.stdout + p.stderr
-    assert "Traceback" not in p.stderr
-
-
-@needs_no_gpu
 @pytest.mark.mpi
 def test_no_gpu_under_mpiexec_one_sentence():
     ok, why = mpi_available()
@@ -57,14 +47,6 @@ def test_no_gpu_under_mpiexec_one_sentence():
     assert p.returncode != 0, p.stdout + p.stderr
     assert p.stdout.count("rsar demo:") == 1 and NO_GPU in p.stdout, p.stdout + p.stderr
     assert "Traceback" not in p.stdout + p.stderr
-
-
-def test_bad_arguments_are_usage_errors():
-    p = subprocess.run([sys.executable, str(SCRIPT), "--M", "0"], capture_output=True,
-                       text=True, env=_plain_env(), timeout=120, cwd=str(REPO),
-                       stdin=subprocess.DEVNULL)
-    assert p.returncode == 2 and "--M values must be in 1..8192" in p.stderr
-    assert "Traceback" not in p.stderr
 
 
 @pytest.mark.parametrize("cuda, count, world, cap, expect", [
@@ -101,12 +83,3 @@ def test_report_lines_readable():
     assert "155.0 us" in lines[1]
     assert "AR" in lines[2] and "FAIL" in lines[2] and "RsarTimeoutError" in lines[2]
 
-
-@needs_no_gpu
-def test_launch_cost_script_refuses_plainly_without_gpus():
-    script = REPO / "scripts" / "launch_cost.py"
-    p = subprocess.run([sys.executable, str(script), "--M", "128"], capture_output=True,
-                       text=True, env=_plain_env(), timeout=120, cwd=str(REPO),
-                       stdin=subprocess.DEVNULL)
-    assert p.returncode == 2 and "needs 2+ ranks" in p.stdout, p.stdout + p.stderr
-    assert "Traceback" not in p.stderr

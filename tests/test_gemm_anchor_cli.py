@@ -1,9 +1,9 @@
-"""scripts/gemm_anchor.py refuses bad arguments before it touches MPI or a GPU."""
+"""benchmarks/gemm_anchor.py refuses bad arguments before it touches MPI or a GPU."""
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gemm_anchor.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_anchor.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

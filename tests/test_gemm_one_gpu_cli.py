@@ -14,24 +14,9 @@ def _module():
     return load_script("gemm_one_gpu.py", "gemm_one_gpu")
 
 
-def test_bad_columns_and_shapes_are_refused():
+def test_a_bad_column_is_refused_before_a_gpu_is_touched():
     r = _run("--columns", "default,c5")
     assert r.returncode == 2 and "unknown column part 'c5'" in r.stderr
-    r = _run("--shapes", "128,7168")
-    assert r.returncode == 2 and "M,N,K triples" in r.stderr
-    r = _run("--shapes", "a,b,c")
-    assert r.returncode == 2 and "M,N,K triples" in r.stderr
-    r = _run("--iters", "0")
-    assert r.returncode == 2 and "--iters" in r.stderr
-    r = _run("--dtype", "f32")
-    assert r.returncode == 2 and "--dtype" in r.stderr
-    r = _run("--dtype", "e4m3", "--scales", "blocks")
-    assert r.returncode == 2 and "--scales" in r.stderr
-    # block-wise scales: fp8 operands only, one scale per 128-element k-group
-    r = _run("--scales", "block")
-    assert r.returncode == 2 and "--scales is for --dtype e4m3" in r.stderr
-    r = _run("--dtype", "e4m3", "--scales", "block", "--shapes", "128,7168,1024;128,7168,192")
-    assert r.returncode == 2 and "multiple of 128" in r.stderr
 
 
 def test_columns_are_the_plans_they_name():

@@ -1,7 +1,7 @@
 """The issue's grid runs the plans in tests/grid_plans.json by default. A rule that moves a grid
 shape fails here, naming the shapes: re-measure them (docs/PERF.md says which plans each
 grid of record ran), then refresh the snapshot with
-``python3 scripts/grid_plans.py --write tests/grid_plans.json``."""
+``python3 benchmarks/grid_plans.py --write tests/grid_plans.json``."""
 import importlib.util
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_grid_plans_match_the_snapshot():
-    spec = importlib.util.spec_from_file_location("grid_plans", ROOT / "scripts" / "grid_plans.py")
+    spec = importlib.util.spec_from_file_location("grid_plans", ROOT / "benchmarks" / "grid_plans.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     want = json.loads((ROOT / "tests" / "grid_plans.json").read_text())

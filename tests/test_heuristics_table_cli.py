@@ -1,7 +1,11 @@
-"""scripts/heuristics_table.py: help, missing files, and the table it prints from bench rows."""
+"""benchmarks/heuristics_table.py: help, missing files, and the table it prints from bench rows."""
 import json
 
-from script_runs import run_script
+from script_runs import run_script as _run_script
+
+
+def run_script(*args: str):
+    return _run_script(*args, folder="benchmarks")
 
 
 def _row(M, K, N, rs, ar):

@@ -1,4 +1,4 @@
-"""scripts/merge_latency.cu (the split-K merge microbenchmark of docs/PERF.md (s)) still
+"""benchmarks/merge_latency.cu (the split-K merge microbenchmark of docs/PERF.md (s)) still
 compiles for sm_90a where nvcc is installed."""
 import shutil
 import subprocess
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "scripts" / "merge_latency.cu"
+SRC = Path(__file__).resolve().parents[1] / "benchmarks" / "merge_latency.cu"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

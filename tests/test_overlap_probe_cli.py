@@ -1,14 +1,14 @@
-"""scripts/overlap_probe.py: bad arguments are refused before a GPU is touched, and the bytes
+"""benchmarks/overlap_probe.py: bad arguments are refused before a GPU is touched, and the bytes
 it pushes are those of a world-2 RS call."""
 from script_runs import load_script, run_script
 
 
 def _run(*args: str):
-    return run_script("overlap_probe.py", *args)
+    return run_script("overlap_probe.py", *args, folder="benchmarks")
 
 
 def _module():
-    return load_script("overlap_probe.py", "overlap_probe")
+    return load_script("overlap_probe.py", "overlap_probe", folder="benchmarks")
 
 
 def test_bad_arguments_are_refused():

@@ -1,4 +1,4 @@
-"""scripts/sweep_compare.py on canned bench rows (no GPU)."""
+"""benchmarks/sweep_compare.py on canned bench rows (no GPU)."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 spec = importlib.util.spec_from_file_location(
-    "sweep_compare", Path(__file__).resolve().parents[1] / "scripts" / "sweep_compare.py")
+    "sweep_compare", Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_compare.py")
 sc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sc)
 

@@ -1,6 +1,6 @@
 """Side-by-side speedups of plan variants over the default, from ``scripts/bench.py --json``.
 
-    python3 scripts/sweep_compare.py small.json [more.json ...] \\
+    python3 benchmarks/sweep_compare.py small.json [more.json ...] \\
         --vs rsar_rs:rs_nopdl,rs_bn64 --vs rsar_ar:ar_owner,ar_all64,ar_nopdl \\
         --vs gemm_only:gemm_nopdl,gemm_bn64,gemm_pn64
 

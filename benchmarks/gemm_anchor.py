@@ -1,7 +1,7 @@
 """The GEMM alone against cuBLAS and CUTLASS's public CuTe DSL Hopper persistent GEMM, on the
 data the benchmark draws (random normal) and on small integers (what that example draws).
 
-    mpirun -n 2 python3 scripts/gemm_anchor.py \\
+    mpirun -n 2 python3 benchmarks/gemm_anchor.py \\
         --example ~/cutlass/examples/python/CuTeDSL/cute/hopper/kernel/dense_gemm/dense_gemm_persistent.py
 
 One process per GPU (each times its own GPU; rank 0 prints). Tensor cores draw less power on

@@ -7,8 +7,8 @@ rank 0 only and select kernels by name, e.g. the third gemm_only launch and the 
     mpirun -n 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then
         exec ncu --clock-control none -k regex:"Sm90FusedKernel|nvjet|xmma" \\
              --launch-skip 2 --launch-count 2 --set full -o prof \\
-             python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096;
-      else exec python3 scripts/profile_gemm.py --M 8192 --N 7168 --K 4096; fi'
+             python3 benchmarks/profile_gemm.py --M 8192 --N 7168 --K 4096;
+      else exec python3 benchmarks/profile_gemm.py --M 8192 --N 7168 --K 4096; fi'
 
 ``--dtype e4m3 --scales tensor|row|block``: fp8 operands with those scales
 (``rsar_core.reference.rank_fp8_inputs``), the anchor then torch's scaled matmul

@@ -1,7 +1,7 @@
 """First-call latency of a new worker, with or without a precompiled kernel cache.
 
-    mpirun -n 2 python3 scripts/cold_start.py                                  # compiles
-    RSAR_KERNEL_CACHE=DIR mpirun -n 2 python3 scripts/cold_start.py            # loads
+    mpirun -n 2 python3 benchmarks/cold_start.py                                  # compiles
+    RSAR_KERNEL_CACHE=DIR mpirun -n 2 python3 benchmarks/cold_start.py            # loads
 
 Reports, slowest rank: constructing GemmRsAr (workspace setup), the first call (kernel
 compile or cache load, plus the launch), and a second call, each to completion.

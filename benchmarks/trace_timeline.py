@@ -1,6 +1,6 @@
 """Where a fused call spends its time: per-CTA event times from a traced launch.
 
-    mpirun -n 2 python3 scripts/trace_timeline.py --N 7168 --K 1024 --M 128 512 --mode rs ar
+    mpirun -n 2 python3 benchmarks/trace_timeline.py --N 7168 --K 1024 --M 128 512 --mode rs ar
 
 For each shape and mode it warms up, times the default kernel, then launches the same plan
 compiled with ``trace=1`` (``launch.trace``: one store of %globaltimer per event and CTA)

@@ -1,8 +1,8 @@
 """The plans and kernel variants the issue's grid runs by default, one line per shape and
 mode.
 
-    python3 scripts/grid_plans.py                # print them
-    python3 scripts/grid_plans.py --write FILE   # the snapshot tests/test_grid_plans.py checks
+    python3 benchmarks/grid_plans.py                # print them
+    python3 benchmarks/grid_plans.py --write FILE   # the snapshot tests/test_grid_plans.py checks
 
 A plan rule that moves a grid shape shows up as a changed line, so a change that claims to
 leave the grid alone can be checked, and one that does not names the shapes to re-measure.
@@ -23,14 +23,14 @@ GRID_M = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 def grid_plans(sm_count: int = 132, world: int = 2) -> dict[str, dict]:
     """"M x N x K mode" -> the default sm90 unicast plan's fields and its variant's knobs."""
-    from launch.cache import default_plan, default_variant
+    from launch.resolve import Hardware, Shape, resolve
     out = {}
     for N in GRID_N:
         for K in GRID_K:
             for M in GRID_M:
                 for mode in ("rs", "ar", "gemm"):
-                    p = default_plan(M, N, K, world, sm_count, mode, "sm_90a", "unicast")
-                    v = default_variant("sm_90a", world, "unicast", p)
+                    p, v = resolve(Shape(M, N, K, mode), Hardware("sm_90a", sm_count), world,
+                                   "unicast")
                     out[f"{M} x {N} x {K} {mode}"] = {
                         "bn": p.bn, "cta_group": p.cta_group, "rounds": p.rounds,
                         "lag": p.lag, "chunk": p.chunk, "band": p.band,

@@ -1,5 +1,5 @@
-"""Host-side probes mc_diag needs beyond multicast.probes: host and versions, SM count and
-PCI bus id, NVLink and fabric clique through NVML, IMEX channels.
+"""Host-side probes the diagnostics (scripts/mc_diag.py) need beyond multicast.probes: host
+and versions, SM count and PCI bus id, NVLink and fabric clique through NVML, IMEX channels.
 
 Like multicast.probes, every function returns a JSON-ready dict and never raises for a
 failed query: the field is None and ``errors[field]`` says why.
@@ -13,7 +13,7 @@ import platform
 import socket
 from typing import Any
 
-from multicast.driver import Driver
+from .driver import Driver
 
 __all__ = ["host_info", "device_extras", "nvrtc_version", "nvml_info", "imex_channels",
            "local_rank"]

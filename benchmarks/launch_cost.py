@@ -1,6 +1,6 @@
 """The fixed cost of one call: tiny-work calls queued back to back, under mpirun.
 
-    mpirun -n 2 python3 scripts/launch_cost.py [--N 7168] [--M 128 2048] [--K 64 1024] [--no-pdl]
+    mpirun -n 2 python3 benchmarks/launch_cost.py [--N 7168] [--M 128 2048] [--K 64 1024] [--no-pdl]
 
 For each (M, K), microseconds per call (the slower rank's) of a 1-element torch op,
 torch.mm, our GEMM alone, and GemmRsAr RS and AR, timed two ways: one CUDA event pair per
@@ -32,7 +32,7 @@ def main() -> int:
     a = p.parse_args()
     import torch
 
-    from scripts.mpi_gpu import rank_on_gpu
+    from rsar_core.launcher import rank_on_gpu
     started = rank_on_gpu("launch_cost.py")
     if started is None:
         return 2

@@ -1,6 +1,6 @@
 """Where a call's host microseconds go: the op's Python path piece by piece, under mpirun.
 
-    mpirun -n 2 python3 scripts/host_path.py [--M 128] [--N 7168] [--K 1024] [--json out.json]
+    mpirun -n 2 python3 benchmarks/host_path.py [--M 128] [--N 7168] [--K 1024] [--json out.json]
 
 An eager serving loop pays the host path of every call; where it is longer than the
 kernel (small M), the host, not the GPU, sets the pace. For one shape this prints the CPU
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import torch
 
-    from scripts.mpi_gpu import rank_on_gpu
+    from rsar_core.launcher import rank_on_gpu
     started = rank_on_gpu("host_path.py")
     if started is None:
         return 2

@@ -1,6 +1,6 @@
 """Print the ``rsar_core.heuristics`` table from ``scripts/bench.py --json`` outputs.
 
-    python3 scripts/heuristics_table.py grid.json k2048.json dense.json [--newer again.json ...]
+    python3 benchmarks/heuristics_table.py grid.json k2048.json dense.json [--newer again.json ...]
 
 (the grid, K=2048 at the grid's M, and the off-grid M of ``rsar_core.heuristics``'s docstring:
 every (M, K) of the product of the M and K seen must be present).

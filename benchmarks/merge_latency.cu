@@ -12,7 +12,7 @@
 // Pairs run on 112 CTAs at once, as a split-K round of the fused kernel would. Prints the
 // time per round (median over CTAs), in microseconds, and a checksum both must agree on.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o merge_latency scripts/merge_latency.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o merge_latency benchmarks/merge_latency.cu
 //   ./merge_latency [rounds]
 #include <cooperative_groups.h>
 #include <cstdio>

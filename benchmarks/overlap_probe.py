@@ -1,7 +1,7 @@
 """Would dedicated push SMs pay? The plain GEMM kernel on 132 - P SMs while P other SMs of the
 same GPU push a fused RS call's bytes to the peer GPU, against each alone.
 
-    python3 scripts/overlap_probe.py --shapes "2048,7168,1024;4096,7168,1024" --push-ctas 0,8,16,33
+    python3 benchmarks/overlap_probe.py --shapes "2048,7168,1024;4096,7168,1024" --push-ctas 0,8,16,33
 
 One process, two GPUs of one host (GPU 0 computes and pushes, GPU 1 receives; no MPI, no
 symmetric memory, no multicast). For each shape and P:
@@ -35,7 +35,7 @@ BULK_BYTES = 8192
 
 def _gemm_one_gpu() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "gemm_one_gpu", Path(__file__).resolve().parent / "gemm_one_gpu.py")
+        "gemm_one_gpu", Path(__file__).resolve().parents[1] / "scripts" / "gemm_one_gpu.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
