@@ -136,10 +136,10 @@ class GemmRsAr:
         else:
             bs = make_bootstrap(comm)
         check_construction(max_M, N, bs.world)
-        self.tuning: Tuning = check_tuning(tuning, bs)
         check_dtype(dtype)
         self.dtype = dtype
         self.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
+        self.tuning: Tuning = check_tuning(tuning, bs)
         if timeout_s is None:
             timeout_s = timeout_from_env()
         if not timeout_s > 0:

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from launch.plan import BAND_TILE_ROWS  # noqa: E402  (the checkout's package)
+from launch.rules import BAND_TILE_ROWS  # noqa: E402  (the checkout's package)
 
 GRID = dict(N=[7168, 8192], K=[1024, 4096, 9216],
             M=[128, 256, 512, 1024, 2048, 4096, 8192, 16384])
@@ -106,7 +106,7 @@ def parse() -> argparse.Namespace:
                         "1024) and on the owner plan (ar_owner)")
     p.add_argument("--lean-exit", action="store_true",
                    help="run every fused column with the exit without system fences "
-                        "(GemmRsAr.force_lean_exit; an experiment until measured)")
+                        "(Tuning.lean_exit; an experiment until measured)")
     p.add_argument("--stages-sweep", action="store_true",
                    help="also time GEMM alone, RS and AR on the default plan with at least 4 "
                         "mainloop stages (the sub-tile ring shrinks to fit: BN 224 / 256), as "
@@ -335,7 +335,7 @@ class Bench:
                 for slots in (0, 2):
                     if band != BAND_TILE_ROWS or slots:
                         cols[f"gemm_b{band}_s{slots}"] = (
-                            lambda *a, b=band, s=slots: ops["rs"].gemm_only(*a, band=b, epi_slots=s),
+                            _with(ops["rs"], ops["rs"].gemm_only, band=band, epi_slots=slots),
                             sets)
         if self.args.plan_sweep:
             for cg in (1, 2):
@@ -343,26 +343,26 @@ class Bench:
                 cols[f"rs_c{cg}"] = (_forced(ops["rs"], cg, None, ops["rs"]), sets)
                 cols[f"ar_c{cg}"] = (_forced(ops["ar"], cg, None, ops["ar"]), sets)
                 for m in ("rs", "ar"):  # the same with the op's own push (bulk copies)
-                    cols[f"{m}_c{cg}p"] = (_forced(ops[m], cg, None, ops[m], push=ops[m].push),
+                    cols[f"{m}_c{cg}p"] = (_forced(ops[m], cg, None, ops[m], push=None),
                                            sets)
             for band in (4, 8):  # 2x1 clusters walking bands of pair-tile rows (L2 reuse)
                 cols[f"gemm_c2_b{band}"] = (_forced(
                     ops["rs"], 2, None, lambda *a, b=band: ops["rs"].gemm_only(*a, band=b),
-                    push=ops["rs"].push), sets)
+                    push=None), sets)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 for band in (0, 8, 32):  # the default plan in other tile orders (0: row-major)
                     cols[f"{m}_b{band}"] = (_with(ops[m if m != "gemm" else "rs"], fn,
-                                                  force_band=band), sets)
+                                                  band=band), sets)
             for m in ("rs", "ar"):  # 2x1 clusters with the lag round (pair-aligned owners only)
-                cols[f"{m}_c2l1"] = (_forced(ops[m], 2, 1, ops[m], push=ops[m].push), sets)
-                cols[f"{m}_c2l0"] = (_forced(ops[m], 2, 0, ops[m], push=ops[m].push), sets)
+                cols[f"{m}_c2l1"] = (_forced(ops[m], 2, 1, ops[m], push=None), sets)
+                cols[f"{m}_c2l0"] = (_forced(ops[m], 2, 0, ops[m], push=None), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
             cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
             cols["ar_rot"] = (_forced(ops["ar"], 1, None, ops["ar"], rotate=True), sets)
             for m in ("rs", "ar"):  # rotated parts with the op's own push (bulk copies)
                 cols[f"{m}_rotp"] = (_forced(ops[m], 1, None, ops[m], rotate=True,
-                                             push=ops[m].push), sets)
+                                             push=None), sets)
             for cg in (1, 2):
                 cols[f"rs_c{cg}tma"] = (_forced(ops["rs"], cg, None, ops["rs"], push="tma"), sets)
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
@@ -370,96 +370,96 @@ class Bench:
             cols["ar_c1tmaall"] = (_forced(ops["ar"], 1, None, ops["ar"], push="tma_all"), sets)
             for m in ("rs", "ar"):
                 # the round order at the width the plan picks (the default beyond small M)
-                cols[f"{m}_rnd"] = (_forced(ops[m], None, None, ops[m], push=ops[m].push,
+                cols[f"{m}_rnd"] = (_forced(ops[m], None, None, ops[m], push=None,
                                             peers_first=False), sets)
-                cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                cols[f"{m}_pf"] = (_forced(ops[m], 1, None, ops[m], push=None,
                                            peers_first=True), sets)
                 cols[f"{m}_pflsu"] = (_forced(ops[m], 1, None, ops[m], push="lsu",
                                               peers_first=True), sets)
                 # the peers-first order as one flat sequence, forced on and off
-                cols[f"{m}_pff"] = (_with(ops[m], ops[m], force_flat=True), sets)
-                cols[f"{m}_nopff"] = (_with(ops[m], ops[m], force_flat=False), sets)
+                cols[f"{m}_pff"] = (_with(ops[m], ops[m], flat=True), sets)
+                cols[f"{m}_nopff"] = (_with(ops[m], ops[m], flat=False), sets)
                 # and with the split-K tail; the split-K rule off
-                cols[f"{m}_sk"] = (_with(ops[m], ops[m], force_flat=True, force_sk=True), sets)
-                cols[f"{m}_nosk"] = (_with(ops[m], ops[m], force_sk=False), sets)
+                cols[f"{m}_sk"] = (_with(ops[m], ops[m], flat=True, sk=True), sets)
+                cols[f"{m}_nosk"] = (_with(ops[m], ops[m], sk=False), sets)
             # RS round orders: a shared tile row split between two lists, forced on and off
-            cols["rs_split"] = (_with(ops["rs"], ops["rs"], force_split_row=True), sets)
-            cols["rs_rows"] = (_with(ops["rs"], ops["rs"], force_split_row=False), sets)
+            cols["rs_split"] = (_with(ops["rs"], ops["rs"], split_row=True), sets)
+            cols["rs_rows"] = (_with(ops["rs"], ops["rs"], split_row=False), sets)
             # RS with P CTAs that only push (launch.plan.push_plan), and the flat order
             # they run on the other CTAs without them
             for P in (8, 16, 24):
-                cols[f"rs_pc{P}"] = (_with(ops["rs"], ops["rs"], force_push_ctas=P), sets)
-            cols["rs_flat"] = (_with(ops["rs"], ops["rs"], force_flat=True, force_sk=False),
+                cols[f"rs_pc{P}"] = (_with(ops["rs"], ops["rs"], push_ctas=P), sets)
+            cols["rs_flat"] = (_with(ops["rs"], ops["rs"], flat=True, sk=False),
                                sets)
             # the GEMM alone with its output stored by the communication threads, not by TMA
-            cols["gemm_ts0"] = (_with(ops["rs"], ops["rs"].gemm_only, force_tma_store=False),
+            cols["gemm_ts0"] = (_with(ops["rs"], ops["rs"].gemm_only, tma_store=False),
                                 sets)
             # the GEMM alone on ping-pong warp groups, 160 / 192 wide (docs/PERF.md (af))
             for bn in (160, 192):
-                cols[f"gemm_pp{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_bn=bn,
-                                              force_pingpong=True), sets)
+                cols[f"gemm_pp{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, bn=bn,
+                                              pingpong=True), sets)
             # the exit without system fences or done stamps (launch.protocol.finish_launch)
             for m in ("rs", "ar"):
-                cols[f"{m}_lean"] = (_with(ops[m], ops[m], force_lean_exit=True), sets)
+                cols[f"{m}_lean"] = (_with(ops[m], ops[m], lean_exit=True), sets)
             for m in ("rs", "ar"):
-                cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push, bn=64), sets)
-                cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                cols[f"{m}_bn64"] = (_forced(ops[m], 1, None, ops[m], push=None, bn=64), sets)
+                cols[f"{m}_pf64"] = (_forced(ops[m], 1, None, ops[m], push=None,
                                              peers_first=True, bn=64), sets)
-                cols[f"{m}_pf128"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                cols[f"{m}_pf128"] = (_forced(ops[m], 1, None, ops[m], push=None,
                                               peers_first=True, bn=128), sets)
                 for bn in (128, 160, 192, 224, 256):
-                    cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
+                    cols[f"{m}_bn{bn}"] = (_forced(ops[m], 1, None, ops[m], push=None,
                                                    bn=bn), sets)
                 # ping-pong warp groups on the same 1-CTA plans (launch.pingpong)
                 for bn in (128, 160):
-                    cols[f"{m}_pp{bn}"] = (_forced(ops[m], 1, None, ops[m], push=ops[m].push,
-                                                   bn=bn, force_pingpong=True), sets)
-            cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True), sets)
+                    cols[f"{m}_pp{bn}"] = (_forced(ops[m], 1, None, ops[m], push=None,
+                                                   bn=bn, pingpong=True), sets)
+            cols["gemm_sk"] = (_with(ops["rs"], ops["rs"].gemm_only, sk=True), sets)
             for bn in (128, 256):
-                cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, force_sk=True,
-                                              force_bn=bn), sets)
+                cols[f"gemm_sk{bn}"] = (_with(ops["rs"], ops["rs"].gemm_only, sk=True,
+                                              bn=bn), sets)
             for bn in (64, 128, 160, 192, 224, 256):
                 cols[f"gemm_bn{bn}"] = (_forced(ops["rs"], 1, None, ops["rs"].gemm_only,
-                                                push=ops["rs"].push, bn=bn), sets)
+                                                push=None, bn=bn), sets)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 # pairs along N (2x1 clusters sharing x's tile), at the plan's width and 64 wide
                 op = ops[m if m != "gemm" else "rs"]
-                cols[f"{m}_pn"] = (_forced(op, None, None, fn, push=op.push, peers_first=None,
+                cols[f"{m}_pn"] = (_forced(op, None, None, fn, push=None, peers_first=None,
                                            pair_n=True), sets)
-                cols[f"{m}_pn64"] = (_forced(op, None, None, fn, push=op.push, peers_first=None,
+                cols[f"{m}_pn64"] = (_forced(op, None, None, fn, push=None, peers_first=None,
                                              bn=64, pair_n=True), sets)
                 if m != "gemm":  # and peers-first (a plan where no pair straddles two owners)
-                    cols[f"{m}_pnpf"] = (_forced(op, None, None, fn, push=op.push,
+                    cols[f"{m}_pnpf"] = (_forced(op, None, None, fn, push=None,
                                                  peers_first=True, pair_n=True), sets)
-                    cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=op.push,
+                    cols[f"{m}_pnpf64"] = (_forced(op, None, None, fn, push=None,
                                                    peers_first=True, bn=64, pair_n=True), sets)
             # AR copying each pushed tile's result back two rounds after the push (lag-round plans)
-            cols["ar_early"] = (_with(ops["ar"], ops["ar"], force_early_copy=True), sets)
+            cols["ar_early"] = (_with(ops["ar"], ops["ar"], early_copy=True), sets)
             # reductions loading every sub-tile on its own (the default loads one ahead)
             for m in ("rs", "ar"):
-                cols[f"{m}_nopre"] = (_with(ops[m], ops[m], force_prefetch=False), sets)
+                cols[f"{m}_nopre"] = (_with(ops[m], ops[m], prefetch=False), sets)
             # a tile's push copies all in flight (w0) or one sub-tile's at a time (w1)
             for m in ("rs", "ar"):
                 for on in (False, True):
-                    cols[f"{m}_w{int(on)}"] = (_with(ops[m], ops[m], force_push_window=on), sets)
+                    cols[f"{m}_w{int(on)}"] = (_with(ops[m], ops[m], push_window=on), sets)
             # the default plans without programmatic dependent launch (on by default, sm90)
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 cols[f"{m}_nopdl"] = (_with(ops[m if m != "gemm" else "rs"], fn,
-                                            force_pdl=False), sets)
+                                            pdl=False), sets)
         if self.args.plan_sweep and W == 2:
-            from launch.plan import PUSH_ALL_MAX_M
+            from launch.geometry import PUSH_ALL_MAX_M
             if M <= PUSH_ALL_MAX_M:
                 # push-all AR: every tile to the other rank, reduced on both; and the owner
                 # plan where push-all is the default (``choose_push_all``)
-                cols["ar_all"] = (_with(ops["ar"], ops["ar"], force_push_all=True), sets)
-                cols["ar_owner"] = (_with(ops["ar"], ops["ar"], force_push_all=False), sets)
-                cols["ar_all64"] = (_with(ops["ar"], ops["ar"], force_push_all=True,
-                                          force_bn=64), sets)
+                cols["ar_all"] = (_with(ops["ar"], ops["ar"], push_all=True), sets)
+                cols["ar_owner"] = (_with(ops["ar"], ops["ar"], push_all=False), sets)
+                cols["ar_all64"] = (_with(ops["ar"], ops["ar"], push_all=True,
+                                          bn=64), sets)
         if self.args.stages_sweep:
             for m, fn in (("gemm", ops["rs"].gemm_only), ("rs", ops["rs"]), ("ar", ops["ar"])):
                 for st in (3, 4):
                     cols[f"{m}_st{st}"] = (_with(ops[m if m != "gemm" else "rs"], fn,
-                                                 force_stages=st), sets)
+                                                 stages=st), sets)
         names = [n for n in cols if n not in self.skip and (not self.only or n in self.only)]
         absent = sorted(self.only - set(cols))
         if absent and self.rank == 0:  # a misspelt name, a sweep flag left out, or M-bound
@@ -505,7 +505,7 @@ class Bench:
         return row
 
     def run(self) -> list[dict]:
-        from rsar_core import GemmRsAr
+        from rsar_core import GemmRsAr, Tuning
         a = self.args
         grid = dict(QUICK if a.quick else GRID)
         for k in ("N", "K", "M"):
@@ -525,12 +525,11 @@ class Bench:
         total = len(grid["N"]) * len(grid["K"]) * len(grid["M"])
         t0 = time.time()
         for N in grid["N"]:
+            # --lean-exit: every fused column, forced ones too
+            tuning = Tuning(lean_exit=True) if self.args.lean_exit else None
             ops = {m: GemmRsAr(max_M=max(grid["M"]), N=N, all_reduce=(m == "ar"), comm=self.comm,
-                               dtype=self.dtype, input_dtype=self.input_dtype)
+                               dtype=self.dtype, input_dtype=self.input_dtype, tuning=tuning)
                    for m in ("rs", "ar")}
-            if self.args.lean_exit:  # every fused column, forced ones too
-                for op in ops.values():
-                    op.force_lean_exit = True
             if self.rank == 0:
                 print(f"{ops['rs'].arch}: {ops['rs'].sm_count} SMs, {ops['rs'].pair_ctas} CTAs "
                       f"resident as 2x1 clusters", file=sys.stderr, flush=True)
@@ -545,35 +544,37 @@ class Bench:
                               f"rs x{r.get('rs_speedup', float('nan')):.2f} "
                               f"ar x{r.get('ar_speedup', float('nan')):.2f}",
                               file=sys.stderr, flush=True)
-            for op in ops.values():
+            for op in [*_RETUNED.values(), *ops.values()]:
                 op.close()
+            _RETUNED.clear()
         return rows
 
 
 def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False,
-            push: str = "lsu", peers_first: bool | None = False, bn: int | None = None,
+            push: str | None = "lsu", peers_first: bool | None = False, bn: int | None = None,
             pair_n: bool = False, **more):
-    """fn with op's plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the lag;
-    rotation or the peers-first order; the tile width; how partials are pushed; ``more``
-    knobs, ``force_pingpong=True`` say) for the call."""
-    return _with(op, fn, force_cta_group=cta_group, force_lag=lag, force_rotate=rotate,
-                 push=push, force_peers_first=peers_first, force_bn=bn, force_pair_n=pair_n,
-                 **more)
+    """fn on op with its plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the
+    lag; rotation or the peers-first order; the tile width; how partials are pushed, None:
+    the op's default; ``more`` Tuning fields, ``pingpong=True`` say)."""
+    return _with(op, fn, cta_group=cta_group, lag=lag, rotate=rotate, push=push,
+                 peers_first=peers_first, bn=bn, pair_n=pair_n, **more)
+
+
+# Retuned ops by (op, Tuning fields): one per column and op, built when the column first is
+# (construction is collective: every rank builds its columns in the same order)
+_RETUNED: dict = {}
 
 
 def _with(op, fn, **knobs):
-    """fn with op's attributes ``knobs`` (force_band, force_stages, force_pdl, ...) set for the
-    call, and restored after it."""
-    def call(*inputs):  # (x, w), or (x, w, x_scale, w_scale)
-        before = {k: getattr(op, k) for k in knobs}
-        for k, v in knobs.items():
-            setattr(op, k, v)
-        try:
-            return fn(*inputs)
-        finally:
-            for k, v in before.items():
-                setattr(op, k, v)
-    return call
+    """fn (``op`` itself, or one of its methods such as ``gemm_only``) on ``op.retune(**knobs)``,
+    ``knobs`` being ``Tuning`` fields; the retuned op shares op's workspace."""
+    key = (op, tuple(sorted(knobs.items())))
+    tuned = _RETUNED.get(key)
+    if tuned is None:
+        tuned = _RETUNED[key] = op.retune(**knobs)
+    if fn is op:
+        return tuned
+    return getattr(tuned, fn.__name__)
 
 
 def na_columns(block: bool, anchor_why: str | None) -> list[str]:

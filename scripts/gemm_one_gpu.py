@@ -52,8 +52,7 @@ L2_BYTES = 60 * 2**20
 
 
 def column_knobs(name: str) -> dict:
-    """``make_plan`` keywords and the variant's ``stages`` of a column name; ValueError if
-    it names something else."""
+    """The ``Tuning`` fields of a column name; ValueError if it names something else."""
     knobs: dict = {}
     for part in name.split("+"):
         if part == "default":
@@ -69,9 +68,9 @@ def column_knobs(name: str) -> dict:
         elif part == "pn":
             knobs["pair_n"] = True
         elif part == "pp":
-            knobs["pingpong"] = 1
+            knobs["pingpong"] = True
         elif part in ("ts", "ts0"):
-            knobs["tma_store"] = int(part == "ts")
+            knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
@@ -90,31 +89,15 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     element type ("bf16" / "f16"; "e4m3": fp8 operands, bf16 results); ``block``: fp8
     block-wise scales, on 128-wide tiles unless the column forces 64 (as
     ``GemmRsAr.plan``), ValueError for other widths."""
-    from dataclasses import replace
-
-    from launch.cache import default_variant
+    from launch.cache import kernel_for
     from launch.comm_warps import IN_DTYPES
-    from launch.plan import make_plan, plan_depth
-    knobs = column_knobs(name)
-    # variant knobs; the rest are make_plan's
-    forced = {k: knobs.pop(k) for k in ("stages", "tma_store", "pingpong") if k in knobs}
+    from launch.resolve import Dtypes, Hardware, Shape, resolve
+    from launch.tuning import Tuning
     in_dtype = dtype if dtype in IN_DTYPES else ""
-    if block:
-        from rsar_core.gemm_rsar import BLOCK_BN
-        if not in_dtype:
-            raise ValueError("block-wise scales are for fp8 operands (--dtype e4m3)")
-        knobs.setdefault("bn", BLOCK_BN)
-        if knobs["bn"] not in (64, BLOCK_BN):
-            raise ValueError(f"block-wise scales run on tiles 64 or {BLOCK_BN} wide, not "
-                             f"{knobs['bn']} ({name!r})")
-        forced["block_scales"] = 1
-    plan = make_plan(M, N, plan_depth(K, in_dtype), 2, sm_count, "gemm", pair_ctas=pair_ctas,
-                     **knobs)
-    # as the op launches it, whatever the column forces
-    v = replace(default_variant("sm_90a", 2, "unicast", plan, "bf16" if in_dtype else dtype,
-                                in_dtype), **forced)
+    dtypes = Dtypes("bf16" if in_dtype else dtype, in_dtype, block)
+    plan, v = resolve(Shape(M, N, K, "gemm"), Hardware("sm_90a", sm_count, pair_ctas), 2,
+                      "unicast", dtypes, Tuning(**column_knobs(name)))
     if v.stages or v.pingpong:  # the kernel refuses what it cannot run (ValueError)
-        from launch.cache import kernel_for
         kernel_for(v)
     return plan, v
 

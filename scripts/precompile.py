@@ -58,15 +58,13 @@ def variants(arch: str, world: int, transports: list[str],
     with bf16 results) gets the same variants: an fp8 op of depth K runs the plan of
     depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are.
     ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
-    ``BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
+    ``launch.resolve.BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
     fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``)."""
     from dataclasses import astuple
 
-    from rsar_core.gemm_rsar import BLOCK_BN
-
-    from launch.cache import default_plan, default_variant
     from launch.comm_warps import IN_DTYPES
-    from launch.plan import BLACKWELL
+    from launch.geometry import BLACKWELL
+    from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
@@ -83,20 +81,15 @@ def variants(arch: str, world: int, transports: list[str],
                         if mode == "gemm" and tr == "multicast":
                             continue
                         for sms in sm_counts:
-                            p = default_plan(M, N, K, world, sms, mode, arch, tr)
                             for dt in dtypes:
+                                if dt == BLOCK and arch in BLACKWELL:
+                                    continue
                                 if dt == BLOCK:
-                                    if arch in BLACKWELL:
-                                        continue
-                                    pb = default_plan(M, N, K, world, sms, mode, arch, tr,
-                                                      bn=BLOCK_BN)
-                                    kinds.add(replace(default_variant(arch, world, tr, pb,
-                                                                      "bf16", "e4m3"),
-                                                      block_scales=1))
-                                elif dt in IN_DTYPES:
-                                    kinds.add(default_variant(arch, world, tr, p, "bf16", dt))
+                                    d = Dtypes("bf16", "e4m3", block_scales=True)
                                 else:
-                                    kinds.add(default_variant(arch, world, tr, p, dt))
+                                    d = Dtypes("bf16", dt) if dt in IN_DTYPES else Dtypes(dt)
+                                kinds.add(resolve_variant(Shape(M, N, K, mode),
+                                                          Hardware(arch, sms), world, tr, d))
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)

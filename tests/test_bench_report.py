@@ -86,21 +86,35 @@ def test_markdown_reports_the_spread_when_rows_have_it():
     assert "interquartile range" not in bench.markdown([row])
 
 
-def test_knob_wrapper_sets_then_restores_even_on_error():
+def test_columns_run_on_retuned_ops_built_once():
+    """A column's callable is the op retuned by its Tuning fields (or that op's method), built
+    at the column's first shape and reused after; the base op keeps its own tuning."""
+    from launch.tuning import Tuning
+
     class Op:
-        force_bn = None
-        force_push_all = False
+        def __init__(self, tuning=Tuning()):
+            self.tuning, self.built = tuning, []
+
+        def retune(self, **changes):
+            self.built.append(changes)
+            return Op(self.tuning.replace(**changes))
+
+        def __call__(self, x, w):
+            return self.tuning
+
+        def gemm_only(self, x, w):
+            return ("gemm", self.tuning)
 
     op = Op()
-    seen = bench._with(op, lambda x, w: (op.force_bn, op.force_push_all), force_bn=64,
-                       force_push_all=True)(None, None)
-    assert seen == (64, True) and (op.force_bn, op.force_push_all) == (None, False)
-
-    def boom(x, w):
-        raise ValueError("plan refused")
-    with pytest.raises(ValueError):
-        bench._with(op, boom, force_bn=128)(None, None)
-    assert op.force_bn is None
+    bench._RETUNED.clear()
+    col = bench._with(op, op, bn=64, push_all=True)
+    assert col(None, None) == Tuning(bn=64, push_all=True) and op.tuning == Tuning()
+    assert bench._with(op, op, push_all=True, bn=64) is col and len(op.built) == 1
+    g = bench._with(op, op.gemm_only, bn=128)
+    assert g(None, None) == ("gemm", Tuning(bn=128))
+    f = bench._forced(op, 1, None, op, bn=224)
+    assert f(None, None) == Tuning(bn=224, cta_group=1, push="lsu", peers_first=False)
+    bench._RETUNED.clear()
 
 
 class _Comm:

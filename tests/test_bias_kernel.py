@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from launch.cache import Variant, kernel_for  # noqa: E402
+from launch.variant import Variant  # noqa: E402
+from launch.cache import kernel_for  # noqa: E402
 from launch.disk_cache import entry_name  # noqa: E402
 from ptx_checks import ptxas_log  # noqa: E402
 

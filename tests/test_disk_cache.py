@@ -6,7 +6,8 @@ import pytest
 pytest.importorskip("cutlass")
 
 from launch import disk_cache  # noqa: E402
-from launch.cache import ARG_KINDS, Variant, compile_fast, compile_variant  # noqa: E402
+from launch.cache import ARG_KINDS, compile_fast, compile_variant  # noqa: E402
+from launch.variant import Variant  # noqa: E402
 from launch.fast_call import FastCall  # noqa: E402
 
 V = Variant("sm_90a", 128, 2, "gemm", "unicast")
@@ -44,7 +45,7 @@ def test_entry_names_change_with_the_kernel_source():
 
 def test_entry_names_tell_every_tuning_knob_apart():
     import dataclasses
-    from launch.cache import TUNING
+    from launch.variant import TUNING
     base = Variant("sm_90a", 64, 2, "rs", "unicast", 2)
     names = {disk_cache.entry_name(dataclasses.replace(base, **{k: 1})) for k in TUNING}
     assert len(names) == len(TUNING) and disk_cache.entry_name(base) not in names

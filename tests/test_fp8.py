@@ -9,8 +9,10 @@ import re
 import pytest
 import torch
 
-from launch.cache import CACHE, Variant
-from launch.plan import make_plan, plan_depth
+from launch.cache import CACHE
+from launch.variant import Variant
+from launch.plan import make_plan
+from launch.geometry import plan_depth
 from op_stub import cpu_op, planning_op
 from rsar_core import gemm_rsar
 from rsar_core.errors import RsarTypeError, RsarValueError
@@ -149,8 +151,9 @@ def test_plans_take_half_the_depth(monkeypatch):
             op.warmup([128, 1000, 4096], K)
             op._prepare(2048, K // 4, "gemm")  # depth 1024 both ways
             fixed[name, mode] = op._prepare(1000, K, mode)[2]
+            push_all = None if mode == "ar" else False  # the rule's, where a kernel runs it
             assert op.plan(1000, K) == make_plan(1000, 7168, 4096, 2, 132, mode,
-                                                 pair_ctas=132, push_all=op._push_all(mode))
+                                                 pair_ctas=132, push_all=push_all)
     bf, f8 = seen[""], seen["e4m3"]
     assert len(bf) == len(f8) >= 6 and {v.in_dtype for v in f8} == {"e4m3"}
     assert [dataclasses.replace(v, in_dtype="") for v in f8] == bf
@@ -181,7 +184,7 @@ def test_reference_fp8_sum_adds_each_ranks_scaled_product():
 def test_unknown_in_dtype_is_refused():
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="in_dtype must be one of"):
-        Sm90FusedKernel(128, 2, "rs", "unicast", in_dtype="e5m2")
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", in_dtype="e5m2"))
 
 
 @pytest.mark.parametrize("bn", [64, 128, 160, 192, 224, 256])
@@ -194,12 +197,12 @@ def test_staged_scales_cost_no_stage_or_ring_slot(bn, mode, push, stages):
     from launch.sm90_kernel import Sm90FusedKernel
     kw = dict(push=push, stages=stages)
     try:
-        bf16 = Sm90FusedKernel(bn, 2, mode, "unicast", **kw)
+        bf16 = Sm90FusedKernel(Variant("sm_90a", bn, 2, mode, "unicast", **kw))
     except ValueError:
         with pytest.raises(ValueError):
-            Sm90FusedKernel(bn, 2, mode, "unicast", in_dtype="e4m3", **kw)
+            Sm90FusedKernel(Variant("sm_90a", bn, 2, mode, "unicast", in_dtype="e4m3", **kw))
         return
-    fp8 = Sm90FusedKernel(bn, 2, mode, "unicast", in_dtype="e4m3", **kw)
+    fp8 = Sm90FusedKernel(Variant("sm_90a", bn, 2, mode, "unicast", in_dtype="e4m3", **kw))
     assert (fp8.ab_stage, fp8.epi_slots) == (bf16.ab_stage, bf16.epi_slots)
 
 

@@ -10,7 +10,9 @@ import re
 import pytest
 import torch
 
-from launch.cache import CACHE, Variant
+from launch.cache import CACHE
+from launch.variant import Variant
+from launch.tuning import Tuning
 from op_stub import cpu_op, planning_op
 from rsar_core import gemm_rsar
 from rsar_core.errors import RsarValueError, UnsupportedError
@@ -103,41 +105,40 @@ def test_block_plans_are_128_wide_and_their_variants_marked(monkeypatch):
     assert len(blocks) == 2 * 6 and {v.bn for v in blocks} == {128}
     assert {v.in_dtype for v in seen} == {"e4m3"}
     assert [v for v in seen if not v.block_scales and v.bn != 128]  # default widths elsewhere
-    op = planning_op("rs", input_dtype=FP8)
-    op.force_bn = 64
+    op = planning_op("rs", input_dtype=FP8, tuning=Tuning(bn=64))
     assert op.plan(4096, 7168, block=True).bn == 64
 
 
 def test_block_scales_refuse_other_widths_and_archs(monkeypatch):
-    op = cpu_op(monkeypatch, "rs", N=200, input_dtype=FP8)
     x, w, sx, sw = _inputs()
-    op.force_bn = 256
+    wide = cpu_op(monkeypatch, "rs", N=200, input_dtype=FP8, tuning=Tuning(bn=256))
     with pytest.raises(RsarValueError, match="64 or 128 wide"):
-        op(x, w, sx, sw)
-    op.force_bn = None
+        wide(x, w, sx, sw)
+    op = cpu_op(monkeypatch, "rs", N=200, input_dtype=FP8)
     assert op(x, w, sx, sw).shape == (3, 200)
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
     sm100 = planning_op("rs", arch="sm_100a", input_dtype=FP8)
     with pytest.raises(UnsupportedError, match="sm90"):
-        sm100._check_block(SCALE_BLOCK)
+        sm100.plan(4096, 7168, block=True)
     bf16 = planning_op("rs")
     with pytest.raises(RsarValueError, match="for fp8 operands"):
         check_scales(sx, sw, 6, 200, CPU, "", 384)
     with pytest.raises(RsarValueError, match="fp8 ops"):
-        bf16._check_block(SCALE_BLOCK)
+        bf16.plan(4096, 7168, block=True)
 
 
 def test_block_kernels_are_fp8_tiles_of_at_most_128():
     from launch.sm90_kernel import Sm90FusedKernel
     for bn in (160, 192, 224, 256):
         with pytest.raises(ValueError, match="64 or 128 wide"):
-            Sm90FusedKernel(bn, 2, "rs", "unicast", in_dtype="e4m3", block_scales=1)
+            Sm90FusedKernel(Variant("sm_90a", bn, 2, "rs", "unicast", in_dtype="e4m3", block_scales=1))
     with pytest.raises(ValueError, match="fp8 operands"):
-        Sm90FusedKernel(128, 2, "rs", "unicast", block_scales=1)
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", block_scales=1))
     # no shared scale buffer: the mainloop keeps every stage the bf16 plan has
     for mode, push in (("gemm", "tma"), ("rs", "tma"), ("ar", "tma_all"), ("rs", "lsu")):
-        bf16 = Sm90FusedKernel(128, 2, mode, "unicast", push=push)
-        blk = Sm90FusedKernel(128, 2, mode, "unicast", push=push, in_dtype="e4m3",
-                              block_scales=1)
+        bf16 = Sm90FusedKernel(Variant("sm_90a", 128, 2, mode, "unicast", push=push))
+        blk = Sm90FusedKernel(Variant("sm_90a", 128, 2, mode, "unicast", push=push, in_dtype="e4m3",
+                              block_scales=1))
         assert (blk.ab_stage, blk.epi_slots) == (bf16.ab_stage, bf16.epi_slots)
 
 
@@ -206,13 +207,13 @@ def test_block_pairs_take_the_first_warp_groups_registers():
     issues copies (40 registers each, 232 for the MMA threads); one set elsewhere, where the
     communication threads keep their 104."""
     from launch.sm90_kernel import Sm90FusedKernel
-    pairs = Sm90FusedKernel(128, 2, "gemm", "unicast", push="tma", tma_store=1, in_dtype="e4m3",
-                            block_scales=1)
+    pairs = Sm90FusedKernel(Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", tma_store=1, in_dtype="e4m3",
+                            block_scales=1))
     assert pairs.block_pairs and (pairs.producer_regs, pairs.mma_regs) == (40, 232)
     assert 128 * pairs.producer_regs + 256 * pairs.mma_regs <= 65536
     for mode, kw in (("gemm", {"push": "tma"}), ("rs", {"push": "tma"}),
                      ("ar", {"push": "tma_all"})):
-        one = Sm90FusedKernel(128, 2, mode, "unicast", in_dtype="e4m3", block_scales=1, **kw)
+        one = Sm90FusedKernel(Variant("sm_90a", 128, 2, mode, "unicast", in_dtype="e4m3", block_scales=1, **kw))
         assert not one.block_pairs and (one.producer_regs, one.mma_regs) == (104, 200)
-    row = Sm90FusedKernel(128, 2, "gemm", "unicast", push="tma", tma_store=1, in_dtype="e4m3")
+    row = Sm90FusedKernel(Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", tma_store=1, in_dtype="e4m3"))
     assert not row.block_pairs and (row.producer_regs, row.mma_regs) == (104, 200)

@@ -78,16 +78,19 @@ def test_block_scaled_columns_run_128_or_64_wide_tiles():
     non-fp8 columns are refused, so the sweep skips them at that shape."""
     import dataclasses
 
-    from launch.cache import default_variant
     from launch.plan import make_plan
+    from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     mod = _module()
     for name, M, N in (("default", 2048, 7168), ("c2", 4096, 7168), ("c1", 1, 2880),
                        ("sk", 700, 7168)):
         plan, v = mod.column_plan(name, M, N, 4096, dtype="e4m3", block=True)
         want = make_plan(M, N, 2048, 2, 132, "gemm", bn=128, **mod.column_knobs(name))
         assert plan == want and plan.bn == 128
-        assert v == dataclasses.replace(
-            default_variant("sm_90a", 2, "unicast", plan, "bf16", "e4m3"), block_scales=1)
+        untuned = resolve_variant(Shape(M, N, 4096, "gemm"), Hardware("sm_90a", 132), 2,
+                                  "unicast", Dtypes("bf16", "e4m3", True))
+        assert v.block_scales == 1 and v.in_dtype == "e4m3"
+        if name == "default":
+            assert v == untuned
     plan, v = mod.column_plan("bn64+c1", 512, 7168, 4096, dtype="e4m3", block=True)
     assert (plan.bn, plan.cta_group, v.bn, v.block_scales) == (64, 1, 64, 1)
     assert mod.column_plan("ts0", 2048, 7168, 4096, dtype="e4m3", block=True)[1].tma_store == 0

@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("cutlass")
 
 from ptx_checks import assert_protocol_ptx  # noqa: E402
-from launch.cache import KernelCache, Variant  # noqa: E402
+from launch.cache import KernelCache  # noqa: E402
+from launch.variant import Variant  # noqa: E402
 
 VARIANTS = [
     Variant("sm_90a", 256, 2, "rs", "unicast"),
@@ -111,7 +112,8 @@ def test_tma_all_sends_ar_results_as_bulk_copies(ptx_of):
 
 
 def test_default_push_per_arch_transport_and_mode():
-    from launch.cache import default_push, push_for
+    from launch.rules import default_push
+    from launch.variant import push_for
     assert default_push("sm_90a", "unicast", "rs") == "tma"
     assert default_push("sm_90a", "unicast", "ar") == "tma_all"
     assert default_push("sm_90a", "multicast", "ar") == "lsu"
@@ -131,9 +133,9 @@ def test_wgmma_width_follows_the_tile(ptx_of, bn):
                                            (128, "tma", 4), (224, "lsu", 4)])
 def test_stages_knob_shrinks_the_ring_to_fit(bn, push, slots):
     from launch.sm90_kernel import Sm90FusedKernel
-    k = Sm90FusedKernel(bn, 2, "rs", "unicast", push=push, stages=4)
+    k = Sm90FusedKernel(Variant("sm_90a", bn, 2, "rs", "unicast", push=push, stages=4))
     assert k.ab_stage >= 4 and k.epi_slots == slots
-    assert Sm90FusedKernel(bn, 2, "rs", "unicast", push=push).ab_stage >= 3
+    assert Sm90FusedKernel(Variant("sm_90a", bn, 2, "rs", "unicast", push=push)).ab_stage >= 3
     # a partial ring hands slots back per sub-tile (a tile's copies cannot all be in flight)
     assert k.defer_release == (push != "lsu" and slots >= bn // 32)
 
@@ -141,11 +143,11 @@ def test_stages_knob_shrinks_the_ring_to_fit(bn, push, slots):
 def test_stages_knob_rejects_what_cannot_fit():
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="stages"):
-        Sm90FusedKernel(256, 2, "rs", "unicast", push="tma", stages=5)
+        Sm90FusedKernel(Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", stages=5))
     with pytest.raises(ValueError, match="stages must be"):
-        Sm90FusedKernel(128, 2, "rs", "unicast", stages=9)
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", stages=9))
     with pytest.raises(ValueError, match="not both"):
-        Sm90FusedKernel(128, 2, "rs", "unicast", epi_slots=2, stages=4)
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", epi_slots=2, stages=4))
 
 
 def test_push_all_ar_has_no_results_round(ptx_of):
@@ -165,8 +167,9 @@ def test_push_all_refuses_what_it_cannot_combine():
         args = dict(mode="ar", transport="unicast", cta_group=1, push="tma_all", world=2)
         args.update(kw)
         with pytest.raises(ValueError, match="push-all"):
-            Sm90FusedKernel(64, args.pop("world"), args.pop("mode"), args.pop("transport"),
-                            args.pop("cta_group"), push_all=1, **args)
+            Sm90FusedKernel(Variant("sm_90a", 64, args.pop("world"), args.pop("mode"),
+                                    args.pop("transport"), args.pop("cta_group"), push_all=1,
+                                    **args))
 
 
 def test_prefetch_moves_loads_and_adds_none(ptx_of):
@@ -216,7 +219,7 @@ def test_push_window_needs_bulk_copy_pushes():
     from launch.sm90_kernel import Sm90FusedKernel
     for kw in (dict(push="lsu", push_window=1), dict(push="tma", push_window=-1)):
         with pytest.raises(ValueError, match="push_window"):
-            Sm90FusedKernel(224, 2, "rs", "unicast", **kw)
+            Sm90FusedKernel(Variant("sm_90a", 224, 2, "rs", "unicast", **kw))
 
 
 def test_wider_push_window_still_waits_for_reads_before_a_slot_is_reused(ptx_of):

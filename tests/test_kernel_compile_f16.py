@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("cutlass")
 
 from ptx_checks import assert_protocol_ptx  # noqa: E402
-from launch.cache import Variant  # noqa: E402
+from launch.variant import Variant  # noqa: E402
 
 F16 = [
     # the defaults of RS on 2x1 clusters, AR with early copies, the GEMM alone's TMA store
@@ -57,7 +57,7 @@ def test_sm100_f16_variant_ptx(ptx_of):
 def test_unknown_dtype_is_refused():
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="dtype must be one of"):
-        Sm90FusedKernel(128, 2, "rs", "unicast", dtype="f32")
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", dtype="f32"))
 
 
 def test_dtype_names_its_cache_entry():

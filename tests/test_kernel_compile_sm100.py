@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("cutlass")
 
 from ptx_checks import assert_protocol_ptx  # noqa: E402
-from launch.cache import Variant, kernel_for  # noqa: E402
+from launch.variant import Variant  # noqa: E402
+from launch.cache import kernel_for  # noqa: E402
 
 VARIANTS = [Variant("sm_100a", bn, 2, mode, tr, cg)
             for mode, bn, cg, tr in itertools.product(("rs", "ar"), (128, 256), (1, 2),

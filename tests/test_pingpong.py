@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("cutlass")
 
-from launch.cache import Variant  # noqa: E402
-from launch.cache import PINGPONG_WIDEST as WIDEST, pingpong_refusal  # noqa: E402
+from launch.variant import Variant  # noqa: E402
+from launch.variant import PINGPONG_WIDEST as WIDEST, pingpong_refusal  # noqa: E402
 from ptx_checks import ptxas_log  # noqa: E402
 
 PP_VARIANTS = [
@@ -55,15 +55,15 @@ def test_pingpong_register_split():
     at 160. None exceeds the CTA's pool of 384 x 168 registers. One warp group consumes
     each mainloop stage and fills each ring slot."""
     from launch.sm90_kernel import Sm90FusedKernel
-    alone = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1)
+    alone = Sm90FusedKernel(Variant("sm_90a", 192, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1))
     assert (alone.producer_regs, alone.mma_regs, alone.stage_threads) == (40, 232, 128)
-    fused = Sm90FusedKernel(128, 2, "rs", "unicast", push="tma", pingpong=1)
+    fused = Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", pingpong=1))
     assert (fused.producer_regs, fused.mma_regs, fused.stage_threads) == (104, 200, 128)
-    wide = Sm90FusedKernel(160, 2, "ar", "unicast", push="tma_all", pingpong=1)
+    wide = Sm90FusedKernel(Variant("sm_90a", 160, 2, "ar", "unicast", push="tma_all", pingpong=1))
     assert (wide.producer_regs, wide.mma_regs) == (72, 216)
     for k in (alone, fused, wide):
         assert 128 * k.producer_regs + 256 * k.mma_regs <= 384 * 168
-    coop = Sm90FusedKernel(192, 2, "gemm", "unicast", push="tma", tma_store=1)
+    coop = Sm90FusedKernel(Variant("sm_90a", 192, 2, "gemm", "unicast", push="tma", tma_store=1))
     assert (coop.producer_regs, coop.mma_regs, coop.stage_threads) == (104, 200, 256)
 
 
@@ -79,7 +79,7 @@ def test_pingpong_refuses_what_cannot_fit(kw, why):
     from launch.sm90_kernel import Sm90FusedKernel
     bn, mode = kw.pop("bn"), kw.pop("mode")
     with pytest.raises(ValueError, match=why):
-        Sm90FusedKernel(bn, 2, mode, "unicast", push="tma", pingpong=1, **kw)
+        Sm90FusedKernel(Variant("sm_90a", bn, 2, mode, "unicast", push="tma", pingpong=1, **kw))
 
 
 def test_pingpong_refusal_names_each_limit():

@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from launch.plan import (BM, FULL_NS, PARTIAL_NS, ceil_div, make_plan, max_recv_slots,
-                         tile_widths)
+from launch.geometry import BM, FULL_NS, PARTIAL_NS, ceil_div, max_recv_slots, tile_widths
+from launch.plan import make_plan
 
 WORLDS = [2, 4, 8, 16]
 # N no width of FULL_NS divides: sm90 plans end each tile row on a partial tile (2880: the
@@ -49,7 +49,7 @@ def test_bn_choice():
 
 
 def test_bn_choice_is_the_cheapest_last_wave():
-    from launch.plan import lane_cost
+    from launch.rules import lane_cost
     for M, N, K, mode in itertools.product((300, 512, 1024, 2048, 3000, 8192), (7168, 8192, 1792),
                                            (1024, 4096), ("rs", "ar", "gemm")):
         p = make_plan(M, N, K, 2, 132, mode)
@@ -234,7 +234,7 @@ def test_simulated_exchange_sums_exactly(bn, N):
 
 
 # ---------------------------------------------------------------- sm100: 2-CTA pair schedule
-from launch.plan import choose_sm100  # noqa: E402
+from launch.rules import choose_sm100  # noqa: E402
 
 
 def _cluster_tiles(p, rank):
@@ -305,7 +305,7 @@ def test_pair_plan_respects_resident_clusters():
 
 @pytest.mark.parametrize("band", [0, 1, 3, 4, 8, 64])
 def test_band_swizzle_is_a_permutation(band):
-    from launch.plan import band_swizzle
+    from launch.geometry import band_swizzle
     for tiles_m, tiles_n in [(1, 1), (5, 3), (64, 28), (7, 56), (13, 2)]:
         T = tiles_m * tiles_n
         order = [band_swizzle(i, tiles_m, tiles_n, band) for i in range(T)]
@@ -407,7 +407,7 @@ def test_tile_width_must_be_known_and_fit_n():
 
 @pytest.mark.parametrize("band", [0, 1, 3, 8, 64])
 def test_list_swizzle_is_a_permutation_of_any_list(band):
-    from launch.plan import list_swizzle
+    from launch.geometry import list_swizzle
     for length, tiles_n in [(0, 4), (1, 4), (5, 3), (17, 4), (56, 28), (1795, 28), (7, 56)]:
         order = [list_swizzle(i, length, tiles_n, band) for i in range(length)]
         assert sorted(order) == list(range(length))
@@ -416,7 +416,7 @@ def test_list_swizzle_is_a_permutation_of_any_list(band):
 
 
 def test_default_band_and_its_schedule_word():
-    from launch.plan import BAND_TILE_ROWS
+    from launch.rules import BAND_TILE_ROWS
     p = make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=1)
     assert p.band == BAND_TILE_ROWS and p.sched_word == p.lag | (BAND_TILE_ROWS << 8)
     assert make_plan(8192, 7168, 4096, 2, 132, "rs", cta_group=2).band == BAND_TILE_ROWS // 2
@@ -461,7 +461,7 @@ def test_banded_orders_keep_coverage_and_no_wait_cycle(mode, band):
 def test_pair_schedule_with_lag_where_no_pair_straddles_owners(mode):
     """2x1 clusters take the lag round only where every pair-tile has one owner; there the
     1-CTA argument holds: every tile once per rank, own tiles wait only on earlier rounds."""
-    from launch.plan import pairs_whole
+    from launch.geometry import pairs_whole
     taken = 0
     for world, M, N in itertools.product((2, 3, 4), (512, 1000, 2048, 4096, 8192, 12288),
                                          (384, 7168)):
@@ -485,7 +485,7 @@ def test_pair_schedule_with_lag_where_no_pair_straddles_owners(mode):
 
 
 def test_fused_plans_pair_tile_rows_with_the_lag_round_at_long_k():
-    from launch.plan import pairs_whole
+    from launch.geometry import pairs_whole
     for mode in ("rs", "ar"):
         p = make_plan(8192, 7168, 9216, 2, 132, mode)
         assert (p.cta_group, p.lag, p.band) == (2, 1, 8) and pairs_whole(p)
@@ -533,7 +533,7 @@ def test_pairs_along_n_cover_every_tile_once_two_neighbours_per_cluster(mode):
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_pairs_along_n_cannot_deadlock_and_take_the_lag_round_where_whole(mode):
-    from launch.plan import pairs_whole
+    from launch.geometry import pairs_whole
     lagged = 0
     for p in _pair_n_plans(mode):
         _assert_no_wait_cycle(p)
@@ -562,7 +562,7 @@ def test_pairs_along_n_peers_first_fill_the_grid_and_wait_only_on_earlier_rounds
     """The peers-first order on pairs along N: every cluster is a lane of every round (one
     RS tile row holds every rank's rows, so the round order would leave half the grid idle),
     each tile once per rank, and an own tile reduced only after its peers' earlier round."""
-    from launch.plan import pairs_whole
+    from launch.geometry import pairs_whole
     n = 0
     for world, M, N, bn in itertools.product(WORLDS, MS, (256, 7168, 8192), (64, 128)):
         if (N // bn) % 2:
@@ -596,7 +596,8 @@ def test_fused_cluster_choice(mode):
     """2x1 clusters: with the lag round at large M and long K (where it is whole and 3+
     rounds hide it), without it from 4 tile rows (AR from K=4096, RS at K > 4096) where no
     pair straddles two owners, 1-CTA elsewhere."""
-    from launch.plan import choose_fused_cluster, pairs_whole
+    from launch.rules import choose_fused_cluster
+    from launch.geometry import pairs_whole
 
     def kind(M, K, N=7168):
         p = make_plan(M, N, K, 2, 132, mode, pair_ctas=132)
@@ -642,7 +643,7 @@ def test_default_plans_cover_every_tile_and_cannot_deadlock(mode):
 
 
 # ---------------------------------------------------------------- push-all AR
-from launch.plan import PUSH_ALL_MAX_M  # noqa: E402
+from launch.geometry import PUSH_ALL_MAX_M  # noqa: E402
 
 
 def _push_all_plans():
@@ -865,7 +866,7 @@ def test_split_k_slots_fit_the_workspace():
     """Every lane that stores a split-K piece (``TilePlan.sk``) has its slot, at its width,
     inside the SK region (before ARRIVE), for any max_M from the call's M up."""
     from launch.layout import SK_SLOTS_OFF, WorkspaceLayout
-    from launch.plan import BM
+    from launch.geometry import BM
     for N, K in itertools.product((384, 7168, 8192, *PARTIAL_N), (1024, 9216)):
         for M in (1, 129, 300, 576, 640, 1152, 3000):
             for mode, kw in (("rs", {"flat": True}), ("ar", {"flat": True}), ("gemm", {})):
@@ -954,7 +955,7 @@ def test_widths_stay_whole_where_a_measured_width_divides_n():
 
 
 def test_partial_widths_are_the_cheapest_last_wave():
-    from launch.plan import lane_cost
+    from launch.rules import lane_cost
     for M, N, mode in itertools.product((300, 576, 704, 2048, 8192), (2880, 1000, 3000),
                                         ("rs", "ar", "gemm")):
         p = make_plan(M, N, 4096, 2, 132, mode, cta_group=1, peers_first=False)
@@ -969,7 +970,7 @@ def test_workspace_holds_every_tile_of_a_partial_column():
     """Tile-indexed buffers (AR's OUT, multicast partials) hold whole tiles, the partial
     last column's too, at every width a plan may take."""
     from launch.layout import WorkspaceLayout
-    from launch.plan import TILE_NS
+    from launch.geometry import TILE_NS
     for N, max_M in itertools.product((1000, 2880, 7168, 200), (128, 1000, 4096)):
         for transport in ("unicast", "multicast"):
             lay = WorkspaceLayout.build(max_M, N, 2, transport)

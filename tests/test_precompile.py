@@ -5,7 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from launch.cache import default_plan, default_variant
+from launch.resolve import Hardware, Shape, resolve_variant
+
+
+def default_variant(arch: str, world: int, tr: str, M: int, N: int, K: int, sms: int,
+                    mode: str):
+    return resolve_variant(Shape(M, N, K, mode), Hardware(arch, sms), world, tr)
 
 _spec = importlib.util.spec_from_file_location(
     "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")
@@ -33,8 +38,7 @@ def test_every_default_plan_has_a_precompiled_variant(arch, world):
             for tr in ("unicast", "multicast"):
                 if mode == "gemm" and tr == "multicast":
                     continue
-                v = default_variant(arch, world, tr,
-                                    default_plan(M, N, K, world, 132, mode, arch, tr))
+                v = default_variant(arch, world, tr, M, N, K, 132, mode)
                 assert v in listed, (M, N, K, mode, tr, v.describe())
 
 
@@ -50,8 +54,7 @@ def test_other_sm_counts_need_their_own_variants_and_get_them():
     for _ in range(1500):
         M, N, K = rng.randint(1, 20000), 128 * rng.randint(1, 80), 64 * rng.randint(1, 150)
         for mode in ("rs", "ar", "gemm"):
-            v = default_variant("sm_90a", 2, "unicast",
-                                default_plan(M, N, K, 2, 114, mode, "sm_90a", "unicast"))
+            v = default_variant("sm_90a", 2, "unicast", M, N, K, 114, mode)
             total += 1
             missed += v not in both
     assert missed <= total // 500, (missed, total)
@@ -115,7 +118,7 @@ def test_a_world_2_log_builds_a_world_4_cache_with_any_world(tmp_path):
     import dataclasses
     import json
 
-    from launch.cache import Variant
+    from launch.variant import Variant
     rs = Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", peers_first=1, pdl=1)
     push_all = Variant("sm_90a", 64, 2, "ar", "unicast", push="tma_all", push_all=1, pdl=1)
     other_arch = Variant("sm_100a", 256, 2, "rs", "unicast")

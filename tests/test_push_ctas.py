@@ -6,7 +6,7 @@ import pytest
 import rsar_core.gemm_rsar as gemm_rsar
 from launch.cache import CACHE
 from launch.plan import make_plan, push_plan
-from op_stub import planning_op
+from op_stub import planning_op, retuned
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -38,20 +38,16 @@ def test_op_launches_the_push_ctas_variant(monkeypatch):
     seen = []
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or (lambda *a: None))
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
-    op = _op()
-    op.force_push_ctas = 16
+    op = retuned(_op(), push_ctas=16)
     plan, _ = op._plan_and_kernel(2048, 1024, "rs")
     assert plan.push_ctas == 16 and seen[-1].push_ctas == 1 and seen[-1].flat == 1
     plan, _ = op._plan_and_kernel(2048, 1024, "gemm")  # the GEMM alone is not touched
     assert plan.push_ctas == 0 and seen[-1].push_ctas == 0
-    op.force_push_ctas = 0
-    plan, _ = op._plan_and_kernel(2048, 1024, "rs")
+    plan, _ = _op()._plan_and_kernel(2048, 1024, "rs")
     assert plan.push_ctas == 0 and seen[-1].push_ctas == 0
-    ar = _op()
-    ar.mode, ar.all_reduce, ar.force_push_ctas = "ar", True, 8
+    ar = retuned(planning_op("ar"), push_ctas=8)
     with pytest.raises(ValueError, match="RS plan"):
         ar.plan(2048, 1024)
-    mc = _op("multicast")
-    mc.force_push_ctas = 8
+    mc = retuned(_op("multicast"), push_ctas=8)
     with pytest.raises(ValueError, match="push CTAs"):
         mc.plan(2048, 1024)

@@ -4,10 +4,12 @@ mainloop stages of plans with few tiles a lane (docs/PERF.md (t))."""
 import pytest
 
 import rsar_core.gemm_rsar as gemm_rsar
-from launch.cache import CACHE, auto_push_all, default_push, default_stages, push_for
-from launch.plan import (choose_band, choose_flat, choose_gemm_width, choose_push_all, choose_sk,
-                         make_plan)
-from op_stub import planning_op
+from launch.cache import CACHE
+from launch.rules import auto_push_all, default_push, default_stages
+from launch.variant import push_for
+from launch.rules import choose_band, choose_flat, choose_gemm_width, choose_push_all, choose_sk
+from launch.plan import make_plan
+from op_stub import planning_op, retuned
 from rsar_core.gemm_rsar import GemmRsAr
 
 
@@ -92,21 +94,17 @@ def test_op_defaults_prefetch_where_reductions_run(variants):
     assert variants[-1].prefetch == 0
     _op("ar", arch="sm_100a")._plan_and_kernel(1024, 1024, "ar")
     assert variants[-1].prefetch == 0
-    op = _op("rs")
-    op.force_prefetch = False
-    op._plan_and_kernel(1024, 1024, "rs")
+    retuned(_op("rs"), prefetch=False)._plan_and_kernel(1024, 1024, "rs")
     assert variants[-1].prefetch == 0
 
 
 def test_op_knobs_turn_the_defaults_off(variants):
-    op = _op("ar")
-    op.force_push_all, op.force_pdl = False, False
+    op = retuned(_op("ar"), push_all=False, pdl=False)
     plan, _ = op._plan_and_kernel(128, 1024, "ar")
     assert not plan.push_all and variants[-1].push_all == 0 and variants[-1].pdl == 0
-    op.force_push_all = True  # forced on where the rule would not pick it
+    op = retuned(op, push_all=True)  # forced on where the rule would not pick it
     assert op._plan_and_kernel(1024, 1024, "ar")[0].push_all
-    op.force_push_all = None
-    op.push = "lsu"  # thread-store pushes: no push-all kernel
+    op = retuned(op, push_all=None, push="lsu")  # thread-store pushes: no push-all kernel
     assert not op._plan_and_kernel(128, 1024, "ar")[0].push_all
 
 
@@ -135,30 +133,24 @@ def test_op_push_window_rule(variants):
     assert window("rs", 1024, 1024, "gemm") == 0
     assert window("ar", 1024, 1024, transport="multicast") == 0
     assert window("ar", 1024, 1024, arch="sm_100a") == 0
-    op = _op("rs")
-    op.force_push_window = True
-    op._plan_and_kernel(16384, 1024, "rs")
+    retuned(_op("rs"), push_window=True)._plan_and_kernel(16384, 1024, "rs")
     assert variants[-1].push_window == 1
-    op.force_push_window = False
-    op._plan_and_kernel(1024, 1024, "rs")
+    retuned(_op("rs"), push_window=False)._plan_and_kernel(1024, 1024, "rs")
     assert variants[-1].push_window == 0
-    op.push = "lsu"
-    op.force_push_window = True
-    op._plan_and_kernel(1024, 1024, "rs")
+    retuned(_op("rs"), push="lsu", push_window=True)._plan_and_kernel(1024, 1024, "rs")
     assert variants[-1].push_window == 0
 
 
 def test_op_flat_knob_launches_the_flat_variant(variants):
-    op = _op("rs")
-    op.force_flat = True
+    op = retuned(_op("rs"), flat=True)
     plan, _ = op._plan_and_kernel(576, 4096, "rs")
     assert plan.flat and variants[-1].flat == 1 and variants[-1].peers_first == 1
     plan, _ = op._plan_and_kernel(576, 4096, "gemm")
     assert not plan.flat and variants[-1].flat == 0
-    op.force_flat = False  # forced off where the rule would take it
+    op = retuned(op, flat=False)  # forced off where the rule would take it
     plan, _ = op._plan_and_kernel(576, 4096, "rs")
     assert not plan.flat and variants[-1].flat == 0
-    op.force_flat = None  # the rule: five and six tile rows at K <= 4096
+    op = retuned(op, flat=None)  # the rule: five and six tile rows at K <= 4096
     plan, _ = op._plan_and_kernel(576, 4096, "rs")
     assert plan.flat and variants[-1].flat == 1
     plan, _ = op._plan_and_kernel(512, 4096, "rs")
@@ -245,8 +237,7 @@ def test_op_split_row_variant_is_the_precompiled_one(variants):
         plan, _ = op._plan_and_kernel(M, K, "rs")
         assert plan.split_row and variants[-1].split_row == 1 and variants[-1].bn == 256
         assert variants[-1] in listed, variants[-1].describe()
-    op.force_split_row = False
-    plan, _ = op._plan_and_kernel(1152, 4096, "rs")
+    plan, _ = retuned(op, split_row=False)._plan_and_kernel(1152, 4096, "rs")
     assert not plan.split_row and variants[-1].split_row == 0 and variants[-1].bn == 224
 
 
@@ -274,7 +265,7 @@ def test_default_stages_only_where_measured():
 
 def test_op_launches_the_stages_rule_and_its_knob(variants):
     """The op launches ``default_stages``'s variant, which ``scripts/precompile.py`` lists;
-    ``force_stages`` overrides it (3: the whole-tile ring of the rule's absence), and a forced
+    ``Tuning.stages`` overrides it (3: the whole-tile ring of the rule's absence), and a forced
     ring depth leaves the stages to the kernel."""
     import importlib.util
     from pathlib import Path
@@ -291,12 +282,10 @@ def test_op_launches_the_stages_rule_and_its_knob(variants):
         assert variants[-1].stages == 4 and variants[-1] in listed, variants[-1].describe()
         op._plan_and_kernel(4096, 4096, mode)
         assert variants[-1].stages == 0
-        op.force_stages = 3
-        op._plan_and_kernel(1024, 4096, mode)
+        retuned(op, stages=3)._plan_and_kernel(1024, 4096, mode)
         assert variants[-1].stages == 3
-        op.force_stages = 0
-        op._plan_and_kernel(1024, 4096, "gemm", epi_slots=2)
-        assert variants[-1].stages == 0
+        retuned(op, stages=3, epi_slots=2)._plan_and_kernel(1024, 4096, "gemm")
+        assert variants[-1].stages == 0 and variants[-1].epi_slots == 2
 
 
 @pytest.mark.parametrize("M,N,K,bn,cta_group", [
@@ -324,60 +313,53 @@ def test_gemm_one_cta_choice_yields_to_forced_knobs():
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("transport", ["unicast", "multicast"])
 def test_an_op_that_forces_nothing_launches_default_variant(variants, arch, transport):
-    """``launch.cache.default_variant`` / ``default_plan`` (what precompile.py lists and
-    tests/grid_plans.json pins) are what the op launches."""
-    from launch.cache import default_plan, default_variant
+    """``launch.resolve`` of an untuned call (what precompile.py lists and
+    tests/grid_plans.json pins) is what the op launches."""
+    from launch.resolve import Hardware, Shape, resolve
     for mode in ("rs", "ar"):
         op = _op(mode, transport, arch)
         for M in (1, 128, 200, 576, 1024, 1152, 4096, 16384):
             for K in (1024, 2048, 4096, 9216):
                 for m in (mode, "gemm") if transport == "unicast" else (mode,):
                     plan, _ = op._plan_and_kernel(M, K, m)
-                    assert plan == default_plan(M, 7168, K, 2, 132, m, arch, transport)
-                    assert variants[-1] == default_variant(arch, 2, transport, plan), (M, K, m)
+                    want = resolve(Shape(M, 7168, K, m), Hardware(arch, 132), 2, transport)
+                    assert (plan, variants[-1]) == want, (M, K, m)
 
 
 def test_lean_exit_knob(variants):
-    """``force_lean_exit``: None follows ``default_lean_exit`` (off until timed), True turns
+    """``Tuning.lean_exit``: None follows ``default_lean_exit`` (off until timed), True turns
     it on for fused sm90 kernels only, never for the GEMM alone or sm100."""
-    from launch.cache import default_lean_exit
+    from launch.rules import default_lean_exit
     op = _op("rs")
     op._plan_and_kernel(1024, 1024, "rs")
     assert variants[-1].lean_exit == default_lean_exit("sm_90a", "unicast", "rs") == 0
-    op.force_lean_exit = True
+    op = retuned(op, lean_exit=True)
     for mode, want in (("rs", 1), ("gemm", 0)):
         op._plan_and_kernel(1024, 1024, mode)
         assert variants[-1].lean_exit == want, mode
-    sm100 = _op("ar", arch="sm_100a")
-    sm100.force_lean_exit = True
-    sm100._plan_and_kernel(1024, 1024, "ar")
+    retuned(_op("ar", arch="sm_100a"), lean_exit=True)._plan_and_kernel(1024, 1024, "ar")
     assert variants[-1].lean_exit == 0
 
 
 def test_pingpong_knob(variants):
-    """``force_pingpong``: off unless forced; forced, it reaches the variant where the plan's
+    """``Tuning.pingpong``: off unless forced; forced, it reaches the variant where the plan's
     width fits (192 on the GEMM alone, 160 fused), turns the split-K tail off in the plan,
     and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
     op._plan_and_kernel(4096, 1024, "gemm")
     assert variants[-1].pingpong == 0
-    op.force_pingpong, op.force_bn = True, 192
+    op = retuned(op, pingpong=True, bn=192)
     for M in (300, 4096):
         plan, _ = op._plan_and_kernel(M, 9216, "gemm")
         assert variants[-1].pingpong == 1 and variants[-1].bn == 192 and not plan.sk
     with pytest.raises(RsarValueError, match="at most 160"):
         op._plan_and_kernel(4096, 1024, "rs")
-    op.force_bn = 128
-    op._plan_and_kernel(4096, 1024, "rs")
+    retuned(op, bn=128)._plan_and_kernel(4096, 1024, "rs")
     assert variants[-1].pingpong == 1
-    op.force_bn = 256
     with pytest.raises(RsarValueError, match="at most 192"):
-        op._plan_and_kernel(4096, 1024, "gemm")
-    op.force_pingpong = None
-    op._plan_and_kernel(4096, 1024, "gemm")
+        retuned(op, bn=256)._plan_and_kernel(4096, 1024, "gemm")
+    retuned(op, pingpong=False)._plan_and_kernel(4096, 1024, "gemm")
     assert variants[-1].pingpong == 0
-    sm100 = _op("ar", arch="sm_100a")
-    sm100.force_pingpong = True
     with pytest.raises(RsarValueError, match="sm90"):
-        sm100._plan_and_kernel(1024, 1024, "ar")
+        retuned(_op("ar", arch="sm_100a"), pingpong=True)._plan_and_kernel(1024, 1024, "ar")

@@ -40,7 +40,7 @@ def test_decode_is_relative_to_the_first_start_and_skips_unreached_events():
 
 def test_only_trace_variants_write_times(ptx_of):
     pytest.importorskip("cutlass")
-    from launch.cache import Variant
+    from launch.variant import Variant
     store = "st.relaxed.gpu.global.u64"
     plain = ptx_of(Variant("sm_90a", 128, 2, "rs", "unicast", push="tma"))
     traced = ptx_of(Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", trace=1))

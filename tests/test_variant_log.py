@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from launch import variant_log
-from launch.cache import KernelCache, Variant
+from launch.cache import KernelCache
+from launch.variant import Variant
 
 _spec = importlib.util.spec_from_file_location(
     "precompile", Path(__file__).resolve().parents[1] / "scripts" / "precompile.py")

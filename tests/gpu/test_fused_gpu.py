@@ -14,8 +14,9 @@ from rsar_core import GemmRsAr, RsarTimeoutError, ShapeMismatchError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 from gpu_ops import MAX_M, get_op
-from launch.cache import default_stages, push_for
-from launch.plan import sk_pieces
+from launch.rules import default_stages
+from launch.variant import push_for
+from launch.geometry import sk_pieces
 
 TOL = 1e-2
 
