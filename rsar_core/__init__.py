@@ -6,8 +6,9 @@ from .errors import (
 from launch.tuning import Tuning
 
 from .gemm_rsar import GemmRsAr, kernel_arch_for
+from .linear import AutoRowParallelLinear
 from .workspace import Workspace
 
-__all__ = ["GemmRsAr", "Workspace", "Tuning", "kernel_arch_for", "RsarError", "RsarTimeoutError",
+__all__ = ["GemmRsAr", "Workspace", "Tuning", "AutoRowParallelLinear", "kernel_arch_for", "RsarError", "RsarTimeoutError",
            "ShapeMismatchError", "ClosedError", "RsarValueError", "RsarTypeError",
            "UnsupportedError"]
