@@ -12,7 +12,7 @@ split-K tail rule (docs/PERF.md (q), docs/perf/flat-rule-2026-11-30q-*.json, the
 split-k-tail-2026-11-30q-*.json), and M 1088 / 1152 after RS split its shared tile row there
 (docs/PERF.md (r), the M 1088 and 1152 rows of docs/perf/split-row-2026-11-30r-*.json),
 each group after a ``--newer``. Printed by
-``scripts/heuristics_table.py`` from those files. To re-measure the points off the
+``benchmarks/heuristics_table.py`` from those files. To re-measure the points off the
 grid:
 
     mpirun -n 2 python3 scripts/bench.py --plan-sweep --only mm_rs,rsar_rs,mm_ar,rsar_ar \
