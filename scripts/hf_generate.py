@@ -5,8 +5,8 @@ own TP: tokens/s of each.
     torchrun --nproc-per-node 2 scripts/hf_generate.py --model /path/to/checkpoint --batch 8
     RSAR_ALLOW_SHARED_GPU=1 torchrun --nproc-per-node 2 scripts/hf_generate.py  # one GPU
 
-``--model``: tiny-llama, tiny-qwen3, tiny-qwen3-moe (random init from a config in code,
-nothing downloaded) or a local checkpoint directory. With a GPU per rank the group is NCCL
+``--model``: tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-llama4 (random init from a config
+in code, nothing downloaded) or a local checkpoint directory. With a GPU per rank the group is NCCL
 (CUDA) + gloo (CPU) and both TP implementations are timed; where the ranks share one GPU the
 group is gloo (NCCL refuses two ranks on one device) and the run is functional only: rsar's
 model generates and is checked against the unsharded one, its time is not a measurement,
@@ -24,7 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-TINY = {"tiny-llama": "llama", "tiny-qwen3": "qwen3", "tiny-qwen3-moe": "qwen3_moe"}
+TINY = {"tiny-llama": "llama", "tiny-qwen3": "qwen3", "tiny-qwen3-moe": "qwen3_moe",
+        "tiny-llama4": "llama4"}
 
 
 def _args() -> argparse.Namespace:

@@ -10,15 +10,26 @@ import torch
 from rsar_core.integrations.transformers import TINY_KINDS as KINDS, tiny_config
 
 VOCAB = 256
-__all__ = ["KINDS", "VOCAB", "tiny_model", "prompt"]
+__all__ = ["KINDS", "VOCAB", "tiny_model", "prompt", "QWEN3_MOE_EXPERTS_PLAN"]
+
+# The experts' entries of Qwen3-MoE's base_model_tp_plan in transformers 5.0-5.24 (5.25 moved
+# the experts to base_model_ep_plan only): set on a model to shard its experts by TP anyway.
+QWEN3_MOE_EXPERTS_PLAN = {
+    "layers.*.mlp.experts.gate_up_proj": "packed_colwise",
+    "layers.*.mlp.experts.down_proj": "rowwise",
+    "layers.*.mlp.experts": "moe_tp_experts",
+}
 
 
 def tiny_model(kind: str, seed: int = 0, dtype: torch.dtype = torch.float32,
-               device: str = "cpu") -> Any:
-    """The same weights on every rank for the same seed; eval mode."""
+               device: str = "cpu", experts_plan: bool = False) -> Any:
+    """The same weights on every rank for the same seed; eval mode. ``experts_plan``
+    (qwen3_moe): add QWEN3_MOE_EXPERTS_PLAN to the model's tp plan."""
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     config = tiny_config(kind, vocab_size=VOCAB)
+    if experts_plan:
+        config.base_model_tp_plan = {**config.base_model_tp_plan, **QWEN3_MOE_EXPERTS_PLAN}
     config._attn_implementation = "sdpa"
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model.to(device=device, dtype=dtype).eval()

@@ -17,10 +17,12 @@ own ``tp_plan="auto"`` applies) and shards the full model in place, on every ran
   with a bf16 / fp16 model every such layer shares ONE ``Workspace`` and one ``GemmRsAr`` per
   output width (N): the fused op runs where ``can_run`` / ``should_run`` say so (``path``),
   torch.mm and the communicator's all-reduce elsewhere (CPU, fp32, M past ``max_M``);
-- MoE experts (``moe_tp_experts`` with ``packed_colwise`` gate_up and ``rowwise`` down 3-D
-  weights, e.g. Qwen3-MoE, Mixtral): each expert's intermediate features split by rank, and
-  the experts' summed output all-reduced by the communicator (unfused: the routed per-expert
-  products are no single GEMM that rsar's op could fuse with the reduction);
+- MoE experts (``moe_tp_experts`` over 3-D gate_up / down weights: Llama4's in every
+  transformers 5 release, Qwen3-MoE's and Mixtral's up to 5.24, whose plans from 5.25 leave the
+  experts whole on every rank and shard them only by expert parallelism): each expert's
+  intermediate features split by rank, and the experts' summed output all-reduced by the
+  communicator (unfused: the routed per-expert products are no single GEMM that rsar's op
+  could fuse with the reduction);
 - ``replicated_with_grad_allreduce`` (Qwen3's q/k norms): nothing to do. Embeddings and the
   LM head (the model class's own plan, outside the base plan) stay whole on every rank.
 
@@ -47,8 +49,8 @@ __all__ = ["shard_model", "RsarTensorParallel", "SUPPORTED_STYLES", "TINY_KINDS"
 
 log = logging.getLogger("rsar")
 
-SUPPORTED_STYLES = ("colwise", "rowwise", "packed_colwise", "moe_tp_experts",
-                    "replicated_with_grad_allreduce")
+SUPPORTED_STYLES = ("colwise", "rowwise", "packed_colwise", "packed_rowwise",
+                    "moe_tp_experts", "replicated_with_grad_allreduce")
 _FUSED_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -109,8 +111,19 @@ def _plan_of(model: nn.Module) -> tuple[nn.Module, dict[str, str]]:
             f"{type(model).__name__}: shard_model needs a transformers model whose config has a "
             f"base_model_tp_plan; {type(config).__name__ if config is not None else 'no config'}"
             " has none")
-    base = getattr(model, "base_model", model)
-    return base, dict(plan)
+    return _base_of(model, plan), dict(plan)
+
+
+def _base_of(model: nn.Module, plan: dict[str, str]) -> nn.Module:
+    """The module the plan's names are relative to: the base model. ``model.base_model`` is
+    not always it (Llama4ForCausalLM names its prefix "language_model" but holds the base as
+    ``model``), so take the shallowest module that has every first name the plan uses."""
+    heads = {key.split(".", 1)[0] for key in plan}
+    for _, module in model.named_modules():
+        if all(hasattr(module, h) for h in heads):
+            return module
+    raise RsarValueError(f"{type(model).__name__}: no submodule holds {sorted(heads)}, the "
+                         "first names of its base_model_tp_plan")
 
 
 def _match(plan: dict[str, str], name: str) -> str | None:
@@ -224,6 +237,10 @@ def shard_model(model: nn.Module, comm: Any = None, *, max_M: int = 4096, path: 
             rowwise.append((name, module))
         elif style == "moe_tp_experts":
             _shard_experts(base, name, module, plan, coll, tp)
+        elif style.startswith("packed_"):
+            raise UnsupportedError(f"{name}: {style} is supported on MoE experts' 3-D weights "
+                                   f"(and packed_colwise on nn.Linear), got "
+                                   f"{type(module).__name__}")
         # replicated_with_grad_allreduce: the replicated parameter stays as it is
 
     if not rowwise:
@@ -279,34 +296,38 @@ def _build_ops(tp: RsarTensorParallel, rowwise: list[tuple[str, nn.Linear]], max
 
 def _shard_experts(base: nn.Module, name: str, experts: nn.Module, plan: dict[str, str],
                    coll: Collective, tp: RsarTensorParallel) -> None:
-    """A ``moe_tp_experts`` module: its 3-D weights split along the intermediate features
-    (packed_colwise gate_up on dim -2, rowwise down on dim -1), its output all-reduced."""
+    """A ``moe_tp_experts`` module: its 3-D weights split along the intermediate features,
+    its output all-reduced. A 3-D weight's plan style names the dimension as transformers
+    does: colwise splits dim -2, rowwise dim -1, ``packed_*`` each packed part alike. So
+    Qwen3-MoE's (E, 2I, H) packed_colwise gate_up and (E, H, I) rowwise down, and Llama4's
+    (E, H, 2I) packed_rowwise gate_up and (E, I, H) colwise down, both split I."""
     world, rank = coll.world, coll.rank
-    seen = set()
+    split = 0
     for pname, p in list(experts.named_parameters(recurse=False)):
         style = _match(plan, f"{name}.{pname}")
         if style is None:
             continue
-        if p.dim() == 3:
-            dim = p.dim() - 2 if style in ("packed_colwise", "colwise") else p.dim() - 1
-        else:   # biases of the experts: (E, 2I) packed gate/up, (E, H) down (added once)
-            dim = p.dim() - 1
-            if style == "rowwise":
-                # a down bias is part of every rank's partial: keep 1 / world of it each
-                setattr(experts, pname, _param(p.data / world, p))
-                seen.add(style)
-                continue
         what = f"{name}.{pname}"
-        if style == "packed_colwise":
-            t = _split_packed(p.data, dim, world, rank, what)
-        elif style in ("colwise", "rowwise"):
-            t = _split(p.data, dim, world, rank, what)
-        else:
+        if style not in ("colwise", "rowwise", "packed_colwise", "packed_rowwise"):
             raise UnsupportedError(f"{what}: tp style {style!r} inside moe_tp_experts")
+        if p.dim() == 3:
+            dim = -2 if style.endswith("colwise") else -1
+            split += 1
+        elif style.endswith("rowwise"):
+            # a down bias, (E, H): part of every rank's partial, so keep 1 / world of it each
+            setattr(experts, pname, _param(p.data / world, p))
+            continue
+        else:   # a gate/up bias, (E, 2I): split like its weight's output features
+            dim = -1
+        dim %= p.dim()
+        if style.startswith("packed_"):
+            t = _split_packed(p.data, dim, world, rank, what)
+        else:
+            t = _split(p.data, dim, world, rank, what)
         setattr(experts, pname, _param(t, p))
-        seen.add(style)
-    if "rowwise" not in seen:
-        raise UnsupportedError(f"{name}: moe_tp_experts without a rowwise down projection")
+    if split < 2:
+        raise UnsupportedError(f"{name}: moe_tp_experts needs its gate/up and down weights in "
+                               f"the plan; {split} 3-D weight(s) of it are named")
     for attr in ("intermediate_dim", "intermediate_size", "expert_dim"):
         v = getattr(experts, attr, None)
         if isinstance(v, int) and v % world == 0:
@@ -323,7 +344,7 @@ def _shard_experts(base: nn.Module, name: str, experts: nn.Module, plan: dict[st
 
 
 # ---------------------------------------------------------------- tiny models for examples
-TINY_KINDS = ("llama", "qwen3", "qwen3_moe")
+TINY_KINDS = ("llama", "qwen3", "qwen3_moe", "llama4")
 
 
 def tiny_config(kind: str, vocab_size: int = 256, **overrides: Any) -> Any:
@@ -331,7 +352,9 @@ def tiny_config(kind: str, vocab_size: int = 256, **overrides: Any) -> Any:
     the tests: hidden 128, 2 layers, 4 query / 2 kv heads of 32, MLP 256, so that at 2 ranks
     every rowwise layer's K (64 attention, 128 MLP) fits the fused op's K alignment (64).
     Llama has biases on (the rowwise bias must be added once); Qwen3-MoE routes layer 0
-    (4 experts, top 2, 128 features each) and keeps layer 1 dense."""
+    (4 experts, top 2, 128 features each) and keeps layer 1 dense; Llama4 (text) routes layer 0
+    (4 experts, top 1, 128 features, a shared expert whose down projection is rowwise) and
+    keeps layer 1 dense."""
     common: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -350,4 +373,10 @@ def tiny_config(kind: str, vocab_size: int = 256, **overrides: Any) -> Any:
         return Qwen3MoeConfig(**{**common, "num_experts": 4, "num_experts_per_tok": 2,
                                  "moe_intermediate_size": 128, "decoder_sparse_step": 1,
                                  "mlp_only_layers": [1], "norm_topk_prob": True, **overrides})
+    if kind == "llama4":
+        from transformers import Llama4TextConfig
+        return Llama4TextConfig(**{**common, "intermediate_size": 128,
+                                   "intermediate_size_mlp": 256, "num_local_experts": 4,
+                                   "num_experts_per_tok": 1, "moe_layers": [0],
+                                   "attention_chunk_size": 512, **overrides})
     raise RsarValueError(f"kind must be one of {TINY_KINDS}, got {kind!r}")

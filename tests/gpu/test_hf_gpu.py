@@ -1,5 +1,5 @@
-"""rsar_core.integrations.transformers on GPUs: tiny random-init Llama, Qwen3 and Qwen3-MoE
-in bf16, sharded over 2 ranks, their rowwise layers on rsar's fused AR op.
+"""rsar_core.integrations.transformers on GPUs: tiny random-init Llama, Qwen3, Qwen3-MoE and
+Llama4 in bf16, sharded over 2 ranks, their rowwise layers on rsar's fused AR op.
 
     RSAR_ALLOW_SHARED_GPU=1 mpirun -n 2 python3 -m pytest -q tests/gpu/test_hf_gpu.py  # 1 GPU
     mpirun -n 2 python3 -m pytest -q tests/gpu/test_hf_gpu.py                          # 2 GPUs
@@ -92,7 +92,7 @@ def _agree(a: torch.Tensor, b: torch.Tensor, start: int) -> int:
     return int((a[:, start:] == b[:, start:]).sum(dim=1).min())
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen3_moe", "llama4"])
 def test_logits_generation_fused(comm, group, kind):
     from hf_models import prompt
     from rsar_core.integrations.transformers import shard_model
