@@ -2,8 +2,9 @@
 
     mpirun -n 2 python3 benchmarks/trace_timeline.py --N 7168 --K 1024 --M 128 512 --mode rs ar
 
-For each shape and mode it warms up, times the default kernel, then launches the same plan
-compiled with ``trace=1`` (``launch.trace``: one store of %globaltimer per event and CTA)
+For each shape and mode it warms up, times the kernel of the op's tuning (the options below),
+then launches the same plan from the op retuned with ``trace=True`` (``launch.trace``: one
+store of %globaltimer per event and CTA)
 and prints, per rank, each event's time since the first CTA started (min / median / max
 over the CTAs that reached it, in us). ``--json`` keeps the raw per-CTA times.
 """
@@ -32,9 +33,8 @@ def _summary(ev: dict[str, list[int | None]],
 
 def _parts(plan) -> dict[str, list[int]]:
     """The CTAs of the pushing part(s) and of the own part (lanes in order: peer parts
-    first, the own part last), or all CTAs where every lane does both (peers-first order,
-    rotated parts)."""
-    if plan.peers_first or plan.rotate or plan.mode == "gemm":
+    first, the own part last), or all CTAs where every lane does both (peers-first order)."""
+    if plan.peers_first or plan.mode == "gemm":
         return {"all lanes": list(range(plan.grid))}
     parts: dict[str, list[int]] = {"pushing lanes": [], "own lanes": []}
     for c in range(plan.grid):
@@ -70,18 +70,18 @@ def main() -> int:
     p.add_argument("--bn", type=int, default=None, help="force the tile width")
     p.add_argument("--peers-first", action="store_true")
     p.add_argument("--pair-n", action="store_true",
-                   help="2x1 clusters pairing tiles along N (GemmRsAr.force_pair_n)")
+                   help="2x1 clusters pairing tiles along N (Tuning.pair_n)")
     p.add_argument("--push-all", action="store_true",
-                   help="AR on the push-all plan (GemmRsAr.force_push_all; world 2, M <= 1024)")
+                   help="AR on the push-all plan (Tuning.push_all; world 2, M <= 1024)")
     p.add_argument("--push", choices=["lsu", "tma", "tma_all"], default=None,
-                   help="how partials leave (GemmRsAr.push; default: the op's own)")
+                   help="how partials leave (Tuning.push; default: the rule's)")
     p.add_argument("--queue", type=int, default=1, metavar="Q",
                    help="queue Q traced launches back to back and show the last: ranks then start "
                         "it aligned by the previous exchange, at steady clocks (default 1: one "
                         "launch after a barrier, which shows any host-side skew between ranks)")
     p.add_argument("--push-window", type=int, choices=[0, 1], default=None,
                    help="1: one sub-tile's bulk copies in flight at a time, 0: a tile's copies "
-                        "at once (GemmRsAr.force_push_window; default: the op's rule)")
+                        "at once (Tuning.push_window; default: the op's rule)")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args()
     if a.queue < 1:
@@ -92,17 +92,14 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     rank = comm.rank
     torch.cuda.set_device(rank % torch.cuda.device_count())
-    from rsar_core import GemmRsAr
+    from rsar_core import GemmRsAr, Tuning
     rows = []
     for mode in a.mode:
-        op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm)
-        op.force_bn, op.force_peers_first = a.bn, (True if a.peers_first else None)
-        op.force_pair_n = a.pair_n
-        if a.push_window is not None:
-            op.force_push_window = bool(a.push_window)
-        op.force_push_all = True if a.push_all and mode == "ar" else None
-        if a.push:
-            op.push = a.push
+        tuning = Tuning(bn=a.bn, peers_first=True if a.peers_first else None, pair_n=a.pair_n,
+                        push_window=None if a.push_window is None else bool(a.push_window),
+                        push_all=True if a.push_all and mode == "ar" else None, push=a.push)
+        op = GemmRsAr(max(a.M), a.N, all_reduce=(mode == "ar"), comm=comm, tuning=tuning)
+        traced = op.retune(trace=True)  # the same plans, recording event times
         for K in a.K:
             for M in a.M:
                 g = torch.Generator(device="cuda").manual_seed(7 + rank)
@@ -118,15 +115,13 @@ def main() -> int:
                 end.record()
                 end.synchronize()
                 plain_us = start.elapsed_time(end) * 1e3 / 50
-                op.trace = True
                 for _ in range(3):
-                    op(x, w)
-                op.clear_trace()
+                    traced(x, w)
+                traced.clear_trace()
                 comm.Barrier()
                 for _ in range(a.queue):  # each launch overwrites the events it reaches
-                    op(x, w)
-                ev = op.read_trace(M, K)
-                op.trace = False
+                    traced(x, w)
+                ev = traced.read_trace(M, K)
                 op.check()
                 plan = op.plan(M, K)
                 everyone = comm.gather(dict(rank=rank, events=ev), root=0)
@@ -150,6 +145,7 @@ def main() -> int:
                     rows.append(dict(mode=mode, M=M, N=a.N, K=K, untraced_us=plain_us, queue=a.queue,
                                      bn=plan.bn,
                                      grid=plan.grid, rounds=plan.rounds, ranks=everyone))
+        traced.close()
         op.close()
     if rank == 0 and a.json_path:
         Path(a.json_path).write_text(json.dumps(rows))

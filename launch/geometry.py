@@ -191,7 +191,6 @@ class TilePlan:
     lag: int
     cluster_mn: tuple[int, int] = (1, 1)
     cta_group: int = 1
-    rotate: bool = False
     peers_first: bool = False
     band: int = 0
     pair_n: bool = False  # 2x1 clusters pair tiles along N (module docstring)
@@ -204,9 +203,9 @@ class TilePlan:
 
     @property
     def sched_word(self) -> int:
-        """The schedule's launch argument: bit 0 the lag, bit 1 part rotation, bits 8-15
-        the band (the peers-first order is compiled into its kernel variants)."""
-        return self.lag | (int(self.rotate) << 1) | (self.band << 8)
+        """The schedule's launch argument: bit 0 the lag, bits 8-15 the band (the
+        peers-first order is compiled into its kernel variants)."""
+        return self.lag | (self.band << 8)
 
     @property
     def longest_units(self) -> int:
@@ -327,8 +326,6 @@ class TilePlan:
                 return -1
             return band_swizzle(u, self.pairs_m, self.units_n, self.band)
         part, j = divmod(lane, self.chunk)
-        if self.rotate:
-            part = (part + rnd) % self.world
         if self.peers_first and self.flat:
             pos = rnd * self.chunk + lane
             for q in range(self.world):  # L_(r+1), ..., L_(r+world-1), then L_r
@@ -452,7 +449,7 @@ def pairs_whole(p: TilePlan) -> bool:
 
 
 def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
-              bn: int, cta_group: int, pair_ctas: int | None, lag: int | None, rotate: bool,
+              bn: int, cta_group: int, pair_ctas: int | None, lag: int | None,
               peers_first: bool, pair_n: bool = False, flat: bool = False,
               split_row: bool = False) -> TilePlan:
     """The plan of a chosen shape (width ``bn``, ``cta_group``, order): its tiles, lists,
@@ -463,17 +460,13 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
     if N % N_ALIGN or (N % bn and arch in BLACKWELL):
         raise ValueError(f"N={N}: {arch} plans need N a multiple of "
                          f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")
-    if cta_group not in (1, 2) and not (mode == "gemm" and cta_group in (3, 4)):
-        raise ValueError(f"cta_group must be 1 or 2 (3 or 4: plain GEMM), got {cta_group}")
-    if cta_group > 2 and (arch in BLACKWELL or bn % (8 * cta_group)):
-        raise ValueError(f"clusters of {cta_group} along M are sm90 plain-GEMM plans that split "
-                         f"w's tile into parts of 8-row multiples: BN={bn}, {arch}")
+    if cta_group not in (1, 2):
+        raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
     if cta_group >= 2:
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first,
-                         cta_group)
+        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
     tiles_m = ceil_div(M, BM)
     tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
@@ -486,8 +479,8 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))
     longest = base.longest_units
     if peers_first:
-        if rotate or lag == 1:
-            raise ValueError("peers_first runs with lag 0 and without rotation")
+        if lag == 1:
+            raise ValueError("peers_first runs with lag 0")
         if flat:
             chunk = max(1, min(sm_count, base.num_units))
             return replace(base, grid=chunk, chunk=chunk,
@@ -495,7 +488,7 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
         chunk = max(1, min(sm_count, longest))
         return replace(base, grid=chunk, chunk=chunk, rounds=world * ceil_div(longest, chunk),
                        peers_first=True)
-    plan = round_order(base, sm_count, lag, rotate)
+    plan = round_order(base, sm_count, lag)
     if split_row and arch not in BLACKWELL and plan.can_split_row:
         return split_row_plan(plan, sm_count, lag)
     return plan
@@ -503,10 +496,10 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
 
 def split_row_plan(plan: TilePlan, sm_count: int, lag: int | None) -> TilePlan:
     """A whole-row round-order ``plan`` with its shared tile row split (``split_row``)."""
-    return round_order(replace(plan, split_row=True), sm_count, lag, plan.rotate)
+    return round_order(replace(plan, split_row=True), sm_count, lag)
 
 
-def round_order(base: TilePlan, sm_count: int, lag: int | None, rotate: bool) -> TilePlan:
+def round_order(base: TilePlan, sm_count: int, lag: int | None) -> TilePlan:
     """``base`` in the round order: the lanes of each part, the rounds and the lag."""
     longest = base.longest_units
     chunk = max(1, min(sm_count // base.world, longest))
@@ -516,17 +509,15 @@ def round_order(base: TilePlan, sm_count: int, lag: int | None, rotate: bool) ->
         lag = 1 if chunks >= 3 else 0
     elif lag not in (0, 1):
         raise ValueError(f"lag must be 0 or 1, got {lag}")
-    return replace(base, grid=base.world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag,
-                   rotate=rotate)
+    return replace(base, grid=base.world * chunk, chunk=chunk, rounds=chunks + lag, lag=lag)
 
 
 def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
               bn: int, lag: int | None = None, pair_n: bool = False,
-              peers_first: bool = False, cta_group: int = 2) -> TilePlan:
+              peers_first: bool = False) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
-    along N also the peers-first order, where ``pairs_whole``. ``cta_group`` 3 or 4 (the
-    plain GEMM only, an experiment): clusters of that many tile rows sharing w's tile."""
+    along N also the peers-first order, where ``pairs_whole``."""
     tiles_m = ceil_div(M, BM)
     tiles_n = ceil_div(N, bn)
     if pair_n and tiles_n % 2:
@@ -536,12 +527,11 @@ def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
                     padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    cluster_mn=(1, 2) if pair_n else (cta_group, 1), cta_group=cta_group,
-                    pair_n=pair_n)
-    clusters = max(1, sm_count // cta_group)
+                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n)
+    clusters = max(1, sm_count // 2)
     if mode == "gemm":
         lanes = min(base.num_units, clusters)
-        return replace(base, grid=cta_group * lanes, chunk=lanes,
+        return replace(base, grid=2 * lanes, chunk=lanes,
                        rounds=ceil_div(base.num_units, lanes))
     longest = base.longest_units
     if peers_first:

@@ -18,7 +18,7 @@ from .rules import (ONE_CTA_COST, SPLIT_ROW_GAIN, choose_band, choose_flat,
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               arch: str = "sm_90a", bn: int | None = None,
               cta_group: int | None = None, pair_ctas: int | None = None,
-              lag: int | None = None, rotate: bool = False,
+              lag: int | None = None,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
@@ -30,10 +30,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``bn`` / ``cta_group`` override it (tests, experiments). ``pair_ctas``: how many CTAs
     can be resident at once as 2-CTA clusters (the GPC layout can fit fewer than the SM
     count); every CTA of the persistent grid must be resident, or waits could never end.
-    ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments). ``rotate``: lanes
-    change part every round (1-CTA fused schedules), so every SM takes turns pushing.
+    ``lag`` overrides the 1-CTA schedule's lag (0 or 1; experiments).
     ``peers_first``: every lane computes peers' tiles, then its own (see the module
-    docstring; 1-CTA fused schedules or pairs along N, lag 0, no rotation); None:
+    docstring; 1-CTA fused schedules or pairs along N, lag 0); None:
     ``choose_small_m`` decides for sm90 plans nothing else was forced on. ``band``: unit
     rows per band of the order inside each list (0: row-major; None: ``choose_band``).
     ``pair_n``: 2x1 clusters that pair tiles along N and share x's tile (module docstring;
@@ -48,7 +47,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (sk is None and flat is None and peers_first is None and push_all is not True
-            and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n) and choose_sk(M, K, mode)):
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_sk(M, K, mode)):
         tail = make_plan(M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
                          band=band, flat=True, sk=True, split_row=split_row)
         if tail.sk:
@@ -57,37 +56,37 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         cta_group = 1  # the split-K tail cuts 1-CTA units
     if flat is None:
         flat = (peers_first is None and push_all is not True
-                and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
+                and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
                 and choose_flat(M, K, mode))
     if flat:
         if mode == "gemm":
             flat = False  # no exchange to order
-        elif (arch in BLACKWELL or cta_group not in (None, 1) or rotate or pair_n
+        elif (arch in BLACKWELL or cta_group not in (None, 1) or pair_n
               or lag not in (None, 0) or peers_first is False):
             raise ValueError("the flat peers-first order is a 1-CTA sm90 order, without "
-                             "rotation or the lag round")
+                             "the lag round")
         else:
             peers_first, cta_group, push_all = True, 1, False
     if band is not None and not (isinstance(band, int) and 0 <= band <= MAX_BAND):
         raise ValueError(f"band must be an int in [0, {MAX_BAND}], got {band!r}")
     if push_all is None:
         push_all = (mode == "ar" and world == 2 and peers_first is None
-                    and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
+                    and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
                     and choose_push_all(M, K))
     if push_all:
         plan = _make_push_all_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn,
-                                   cta_group=cta_group, lag=lag, rotate=rotate,
+                                   cta_group=cta_group, lag=lag,
                                    peers_first=peers_first, pair_n=pair_n)
         return replace(plan, band=choose_band(K, 1) if band is None else band)
     if pair_n:
-        if arch in BLACKWELL or cta_group == 1 or rotate:
-            raise ValueError("pairs along N are sm90 2x1-cluster plans, without rotation")
+        if arch in BLACKWELL or cta_group == 1:
+            raise ValueError("pairs along N are sm90 2x1-cluster plans")
         cta_group, peers_first = 2, bool(peers_first)
     plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=cta_group,
-                      pair_ctas=pair_ctas, lag=lag, rotate=rotate, peers_first=peers_first,
+                      pair_ctas=pair_ctas, lag=lag, peers_first=peers_first,
                       pair_n=pair_n, flat=flat, split_row=split_row)
     if (mode == "gemm" and plan.cta_group == 2 and not sk
-            and _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)):
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         plan = _gemm_one_cta_if_cheaper(plan, pair_ctas)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan
@@ -107,7 +106,7 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
         try:
             p = _make_plan(pair.M, pair.N, pair.K, pair.world, pair.sm_count, "gemm",
                            arch="sm_90a", bn=b, cta_group=1, pair_ctas=pair_ctas, lag=None,
-                           rotate=False, peers_first=False)
+                           peers_first=False)
         except ValueError:
             continue
         if best is None or lane_cost(p) < lane_cost(best):
@@ -121,7 +120,7 @@ def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int,
               pair_ctas: int | None = None, bn: int | None = None,
               band: int | None = None) -> TilePlan:
     """An RS plan whose pushes leave from ``push_ctas`` CTAs of their own (sm90, unicast,
-    bulk-copy pushes; an experiment, ``GemmRsAr.force_push_ctas``). The other sm_count -
+    bulk-copy pushes; an experiment, ````Tuning.push_ctas``). The other sm_count -
     push_ctas CTAs run the flat peers-first order (``TilePlan.flat``): they stage each tile a
     peer owns in this rank's OUT region (unused by RS) and stamp it at GPU scope, with no
     system fence. The push CTAs walk the same order, copy each staged tile to its owner's
@@ -135,26 +134,26 @@ def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int,
 
 
 def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | None,
-                   rotate: bool, pair_n: bool) -> bool:
+                   pair_n: bool) -> bool:
     """An sm90 plan whose shape no caller forced: the small-M and cluster rules decide it."""
     return (arch not in BLACKWELL and bn is None and cta_group is None and lag is None
-            and not rotate and not pair_n)
+            and not pair_n)
 
 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
-               rotate: bool, peers_first: bool | None, pair_n: bool = False,
+               peers_first: bool | None, pair_n: bool = False,
                flat: bool = False, split_row: bool | None = None) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
-    unforced = _sm90_unforced(arch, bn, cta_group, lag, rotate, pair_n)
+    unforced = _sm90_unforced(arch, bn, cta_group, lag, pair_n)
     if unforced and mode == "gemm":
         bn0, cg0 = choose_gemm_width(M, N, sm_count), choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first, along_n = choose_small_m(M, K, mode)
         if along_n and ceil_div(N, bn0) % 2 == 0:  # an even number of tile columns to pair
             return _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0, cta_group=2,
-                              pair_ctas=pair_ctas, lag=None, rotate=False, peers_first=False,
+                              pair_ctas=pair_ctas, lag=None, peers_first=False,
                               pair_n=True)
         if along_n:  # otherwise the 1-CTA plan of one tile row: same width, peers-first
             peers_first = True
@@ -162,7 +161,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         if pair_lag is not None:
             try:
                 pair = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn0,
-                                  cta_group=2, pair_ctas=pair_ctas, lag=pair_lag, rotate=False,
+                                  cta_group=2, pair_ctas=pair_ctas, lag=pair_lag,
                                   peers_first=False)
             except ValueError:  # some pair-tile straddles two owners: the 1-CTA plan
                 pair = None
@@ -180,7 +179,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
             try:
                 options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                                           cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
-                                          rotate=rotate, peers_first=peers_first,
+                                          peers_first=peers_first,
                                           pair_n=pair_n, flat=flat, split_row=bool(split_row)))
             except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                 refused = e
@@ -202,17 +201,17 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
         return best
     return tile_plan(M, N, K, world, sm_count, mode, arch=arch,
                      bn=bn0 if bn is None else bn, cta_group=cta_group, pair_ctas=pair_ctas,
-                     lag=lag, rotate=rotate, peers_first=peers_first, pair_n=pair_n, flat=flat,
+                     lag=lag, peers_first=peers_first, pair_n=pair_n, flat=flat,
                      split_row=bool(split_row))
 
 
 def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
                         arch: str, bn: int | None, cta_group: int | None, lag: int | None,
-                        rotate: bool, peers_first: bool | None, pair_n: bool) -> TilePlan:
+                        peers_first: bool | None, pair_n: bool) -> TilePlan:
     if (mode != "ar" or arch in BLACKWELL or cta_group not in (None, 1) or lag not in (None, 0)
-            or rotate or peers_first or pair_n):
+            or peers_first or pair_n):
         raise ValueError("push-all plans are sm90 AR plans on 1-CTA tiles in the flat order "
-                         "(no lag, rotation, peers-first order or pairs)")
+                         "(no lag, peers-first order or pairs)")
     if world != 2:
         raise ValueError(f"push-all plans are world-2 plans (identical sums on both ranks, "
                          f"the owner scheme's bytes); got world {world}")
@@ -223,5 +222,5 @@ def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode:
         fits = ceil_div(M, BM) * ceil_div(N, 64) <= sm_count
         bn = 64 if fits else None
     flat = _make_plan(M, N, K, world, sm_count, "gemm", arch=arch, bn=bn, cta_group=1,
-                      pair_ctas=None, lag=None, rotate=False, peers_first=False)
+                      pair_ctas=None, lag=None, peers_first=False)
     return replace(flat, mode="ar", push_all=True)

@@ -171,7 +171,7 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
         sm90 = arch == SM90
         return make_plan(M, N, K, world, hw.sm_count, mode, arch=arch, bn=bn,
                          pair_ctas=pair_ctas, cta_group=t.cta_group, lag=t.lag,
-                         rotate=t.rotate, peers_first=t.peers_first, band=t.band,
+                         peers_first=t.peers_first, band=t.band,
                          pair_n=t.pair_n, push_all=push_all,
                          flat=t.flat if sm90 else False,
                          sk=t.sk if sm90 and not t.pingpong else False,

@@ -111,9 +111,8 @@ class TileSchedule:
             if (band > Int32(0)) & (t >= Int32(0)):
                 t = self._band_swizzle(t, units_m, units_n, band)
         else:
-            # lag: TilePlan.sched_word (bit 0 the lag, bit 1 part rotation, bits 8-15 the
-            # band); the peers-first order is compiled in (its variants only) so the default
-            # ones stay as they are
+            # lag: TilePlan.sched_word (bit 0 the lag, bits 8-15 the band); the peers-first
+            # order is compiled in (its variants only) so the default ones stay as they are
             chunk_no = rnd  # which chunk of its list a lane works on
             if cutlass.const_expr(self.flat):
                 # one sequence: the peers' lists, then the own (``TilePlan.flat``)
@@ -133,8 +132,6 @@ class TileSchedule:
             else:
                 part = lane // chunk
                 j = lane - part * chunk
-                if ((lag >> Int32(1)) & Int32(1)) != Int32(0):
-                    part = (part + rnd) % Int32(self.world)
             if cutlass.const_expr(not self.flat):
                 o = rank
                 k = chunk_no - (lag & Int32(1))

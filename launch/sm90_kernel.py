@@ -104,11 +104,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
-        if cta_group not in (1, 2, 3, 4):
-            raise ValueError(f"cta_group must be 1 to 4, got {cta_group}")
-        if cta_group > 2 and (mode != "gemm" or pair_n or sk or bn % (8 * cta_group)):
-            raise ValueError(f"clusters of {cta_group} along M are plain-GEMM plans whose w "
-                             f"tile splits into parts of 8-row multiples (BN={bn})")
+        if cta_group not in (1, 2):
+            raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
         if push not in ("lsu", "tma", "tma_all"):
             raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
         self.tma_push = push in ("tma", "tma_all")

@@ -29,8 +29,7 @@ EPI_SLOTS = tuple(range(0, 17))
 # field -> (what it accepts, for the error message)
 _ACCEPTS = {
     "bn": f"None or a tile width of {TILE_NS}",
-    "cta_group": "None, 1 (1-CTA tiles), 2 (2x1 clusters), or 3 / 4 (the plain GEMM's clusters "
-                 "of that many tile rows, an experiment)",
+    "cta_group": "None, 1 (1-CTA tiles) or 2 (2x1 clusters)",
     "lag": "None, 0 or 1",
     "band": f"None or an int in [0, {MAX_BAND}] (0: row-major)",
     "peers_first": "None, True or False",
@@ -39,7 +38,6 @@ _ACCEPTS = {
     "flat": "None, True or False",
     "sk": "None, True or False",
     "split_row": "None, True or False",
-    "rotate": "True or False",
     "push": f"None or one of {PUSHES}",
     "stages": f"None or one of {STAGES}",
     "epi_slots": f"one of {EPI_SLOTS} (0: the kernel's)",
@@ -74,9 +72,9 @@ class Tuning:
     ``tma_store`` the plain GEMM's TMA store. ``pdl``, ``prefetch`` and ``early_copy`` are
     on where the rules take them; False turns them off.
 
-    Experiments, off by default until two GPUs time them: ``rotate`` lanes changing part
-    every round; ``push_ctas`` CTAs that only push (RS); ``lean_exit`` the exit without
-    system fences; ``pingpong`` ping-pong MMA warp groups. ``trace`` records per-CTA event
+    Experiments, off by default until two GPUs time them: ``push_ctas`` CTAs that only
+    push (RS); ``lean_exit`` the exit without system fences; ``pingpong`` ping-pong MMA warp
+    groups. ``trace`` records per-CTA event
     times (``GemmRsAr.read_trace``).
     """
 
@@ -90,7 +88,6 @@ class Tuning:
     flat: bool | None = None
     sk: bool | None = None
     split_row: bool | None = None
-    rotate: bool = False
     push: str | None = None
     stages: int | None = None
     epi_slots: int = 0
@@ -139,7 +136,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _valid(name: str, v: Any) -> bool:
-    if name in ("pair_n", "rotate", "pdl", "prefetch", "early_copy", "pingpong", "trace"):
+    if name in ("pair_n", "pdl", "prefetch", "early_copy", "pingpong", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
                 "tma_store", "lean_exit"):
@@ -147,7 +144,7 @@ def _valid(name: str, v: Any) -> bool:
     if name == "bn":
         return v is None or (_is_int(v) and v in TILE_NS)
     if name == "cta_group":
-        return v is None or (_is_int(v) and v in (1, 2, 3, 4))
+        return v is None or (_is_int(v) and v in (1, 2))
     if name == "lag":
         return v is None or (_is_int(v) and v in (0, 1))
     if name == "band":

@@ -264,7 +264,7 @@ class GemmRsAr:
         BlockWise1x128 layout); ``w_scale`` (ceil(N / 128), K / 128), one per 128 x 128
         block of w, row-major or column-major. Each k-group's products are then summed in
         fp32 times their two scales (as torch's BlockWise1x128 x BlockWise128x128 scaled_mm
-        does), on tiles 128 wide (``force_bn`` 64 or 128).
+        does), on tiles 128 wide (``Tuning.bn`` 64 or 128).
 
         ``bias``: (N,) of the op's ``dtype``, contiguous, 16-byte aligned, on this device;
         added once, in fp32, to the reduced sum before its rounding (as Megatron's
@@ -409,7 +409,7 @@ class GemmRsAr:
 
     def read_trace(self, M: int, K: int, mode: str | None = None) -> dict[str, list[int | None]]:
         """Event times (ns from the first CTA's start, per CTA; ``launch.trace``) of the last
-        launch, made with ``trace = True`` after ``clear_trace()``, of the (M, K) plan.
+        launch, by an op with ``Tuning(trace=True)`` after ``clear_trace()``, of the (M, K) plan.
         Only sm90 kernels record events; elsewhere every event reads None."""
         from launch import trace
         from launch.layout import TRACE_BYTES, TRACE_OFF

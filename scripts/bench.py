@@ -83,8 +83,7 @@ def parse() -> argparse.Namespace:
                    help="also time GEMM alone, RS and AR with the 1-CTA and the 2x1-cluster "
                         "plan forced, as gemm_c<n> / rs_c<n> / ar_c<n> (thread-store pushes; "
                         "with the op's own push: rs_c<n>p / ar_c<n>p), the 1-CTA plan "
-                        "without lag (rs_c1l0 / ar_c1l0), with rotated parts (rs_rot / "
-                        "ar_rot; with the op's own push: rs_rotp / ar_rotp), in the round order at "
+                        "without lag (rs_c1l0 / ar_c1l0), in the round order at "
                         "the plan's width (rs_rnd / ar_rnd), "
                         "in the peers-first order (rs_pf / ar_pf; thread-store pushes: rs_pflsu / "
                         "ar_pflsu), with P CTAs that only push (rs_pc8 / rs_pc16 / rs_pc24; "
@@ -358,11 +357,6 @@ class Bench:
                 cols[f"{m}_c2l0"] = (_forced(ops[m], 2, 0, ops[m], push=None), sets)
             cols["rs_c1l0"] = (_forced(ops["rs"], 1, 0, ops["rs"]), sets)
             cols["ar_c1l0"] = (_forced(ops["ar"], 1, 0, ops["ar"]), sets)
-            cols["rs_rot"] = (_forced(ops["rs"], 1, None, ops["rs"], rotate=True), sets)
-            cols["ar_rot"] = (_forced(ops["ar"], 1, None, ops["ar"], rotate=True), sets)
-            for m in ("rs", "ar"):  # rotated parts with the op's own push (bulk copies)
-                cols[f"{m}_rotp"] = (_forced(ops[m], 1, None, ops[m], rotate=True,
-                                             push=None), sets)
             for cg in (1, 2):
                 cols[f"rs_c{cg}tma"] = (_forced(ops["rs"], cg, None, ops["rs"], push="tma"), sets)
                 cols[f"ar_c{cg}tma"] = (_forced(ops["ar"], cg, None, ops["ar"], push="tma"), sets)
@@ -550,13 +544,13 @@ class Bench:
         return rows
 
 
-def _forced(op, cta_group: int | None, lag: int | None, fn, rotate: bool = False,
+def _forced(op, cta_group: int | None, lag: int | None, fn,
             push: str | None = "lsu", peers_first: bool | None = False, bn: int | None = None,
             pair_n: bool = False, **more):
     """fn on op with its plan forced (1-CTA tiles or 2x1 clusters, pairs along M or N; the
-    lag; rotation or the peers-first order; the tile width; how partials are pushed, None:
-    the op's default; ``more`` Tuning fields, ``pingpong=True`` say)."""
-    return _with(op, fn, cta_group=cta_group, lag=lag, rotate=rotate, push=push,
+    lag; the peers-first order; the tile width; how partials are pushed, None: the op's
+    default; ``more`` Tuning fields, ``pingpong=True`` say)."""
+    return _with(op, fn, cta_group=cta_group, lag=lag, push=push,
                  peers_first=peers_first, bn=bn, pair_n=pair_n, **more)
 
 
@@ -693,8 +687,8 @@ def markdown(rows: list[dict]) -> str:
               and not c.endswith("_host")]
     forced = ["mm"] + forced if forced else []
     if forced:
-        lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, rot rotated "
-                  "parts, tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
+        lines += ["", "Plan sweep (us): c1 / c2 1-CTA or 2x1-cluster plans, l0 no lag, "
+                  "tma / tmaall bulk-copy pushes, pf peers-first, bn64 64-wide tiles, "
                   "b<n> bands of n unit rows (b0: row-major), rnd the round order, pn pairs "
                   "along N (pn64: 64-wide; pnpf: peers-first):", "",
                   "| M | N | K | " + " | ".join(forced) + " |", "|" + "---|" * (3 + len(forced))]

@@ -12,8 +12,7 @@ with the ratio torch.mm / column.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
-``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters; ``c3`` / ``c4``: clusters of 3 / 4 tile rows
-sharing w's tile), ``bnW`` (tile width W), ``sk`` (the split-K
+``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
@@ -57,7 +56,7 @@ def column_knobs(name: str) -> dict:
     for part in name.split("+"):
         if part == "default":
             continue
-        if part in ("c1", "c2", "c3", "c4"):
+        if part in ("c1", "c2"):
             knobs["cta_group"] = int(part[1])
         elif part.startswith("bn") and part[2:].isdigit():
             knobs["bn"] = int(part[2:])

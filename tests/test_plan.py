@@ -97,7 +97,7 @@ def test_small_m_choice(mode):
     # anything forced keeps the old defaults for the rest
     assert pick(128, 1024, bn=128) == (128, False)
     assert pick(128, 1024, peers_first=False) == (128, False)
-    assert pick(128, 1024, lag=0)[1] is False and pick(128, 1024, rotate=True)[1] is False
+    assert pick(128, 1024, lag=0)[1] is False
     assert not make_plan(128, 7168, 1024, 2, 132, "gemm").peers_first
     assert not make_plan(128, 7168, 1024, 2, 132, mode, arch="sm_100a").peers_first
 
@@ -329,21 +329,6 @@ def test_forced_lag_keeps_coverage_and_no_wait_cycle(lag):
 
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
-def test_rotated_parts_keep_coverage_and_no_wait_cycle(mode):
-    for world, M, lag in itertools.product(WORLDS, (1, 129, 1000, 4095, 8192), (None, 0, 1)):
-        p = make_plan(M, 7168, 1024, world, 132, mode, lag=lag, rotate=True)
-        assert p.sched_word & 0xff == p.lag | 2
-        for rank in range(world):
-            assert sorted(_rounds_by_tile(p, rank)) == list(range(p.num_tiles))
-        _assert_no_wait_cycle(p)
-        # every lane of a multi-round schedule takes a turn on a peer's list
-        if p.rounds >= world + p.lag:
-            for lane in range(p.grid):
-                parts = {(lane // p.chunk + r) % world for r in range(p.rounds)}
-                assert any(q < world - 1 for q in parts)
-
-
-@pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_peers_first_covers_every_tile_and_waits_only_on_earlier_rounds(mode):
     for world, M in itertools.product(WORLDS, (1, 129, 300, 1000, 4095, 8192)):
         p = make_plan(M, 7168, 1024, world, 132, mode, peers_first=True)
@@ -368,8 +353,6 @@ def test_peers_first_covers_every_tile_and_waits_only_on_earlier_rounds(mode):
 
 
 def test_peers_first_refuses_what_it_cannot_combine():
-    with pytest.raises(ValueError, match="rotation"):
-        make_plan(1000, 7168, 1024, 2, 132, "rs", peers_first=True, rotate=True)
     with pytest.raises(ValueError, match="lag 0"):
         make_plan(1000, 7168, 1024, 2, 132, "ar", peers_first=True, lag=1)
     with pytest.raises(ValueError, match="needs pairs along N"):
@@ -427,8 +410,8 @@ def test_default_band_and_its_schedule_word():
     assert make_plan(8192, 7168, 1024, 2, 132, "gemm").cta_group == 1
     assert make_plan(8192, 7168, 4096, 2, 132, "gemm", cta_group=1).cta_group == 1
     assert make_plan(8192, 7168, 4096, 2, 132, "gemm", band=0).sched_word == 0
-    r = make_plan(4095, 7168, 1024, 4, 132, "ar", band=5, rotate=True, lag=1)
-    assert r.sched_word == 1 | 2 | (5 << 8)
+    r = make_plan(4095, 7168, 1024, 4, 132, "ar", band=5, lag=1)
+    assert r.sched_word == 1 | (5 << 8)
     for bad in (-1, 256, 2.0, "8"):
         with pytest.raises(ValueError, match="band"):
             make_plan(1000, 7168, 1024, 2, 132, "rs", band=bad)
@@ -438,13 +421,13 @@ def test_default_band_and_its_schedule_word():
 @pytest.mark.parametrize("band", [0, 3, None])
 def test_banded_orders_keep_coverage_and_no_wait_cycle(mode, band):
     """The band permutes positions inside each list: every schedule kind (round order with
-    and without lag or rotation, peers-first, 2x1 pairs) still covers every tile once per
+    and without lag, peers-first, 2x1 pairs) still covers every tile once per
     rank, and an own tile still waits only on peers' same-or-earlier rounds."""
-    kinds = [dict(), dict(lag=0), dict(rotate=True), dict(peers_first=True),
+    kinds = [dict(), dict(lag=0), dict(peers_first=True),
              dict(cta_group=2, arch="sm_100a")]
     for world, M, N, kw in itertools.product((2, 3, 4), (1, 129, 1000, 4095, 8192),
                                              (384, 7168), kinds):
-        if mode == "gemm" and (kw.get("rotate") or kw.get("peers_first")):
+        if mode == "gemm" and kw.get("peers_first"):
             continue
         p = make_plan(M, N, 1024, world, 132, mode, band=band, **kw)
         for rank in range(world if mode != "gemm" else 1):
@@ -548,8 +531,7 @@ def test_pairs_along_n_cannot_deadlock_and_take_the_lag_round_where_whole(mode):
 def test_pairs_along_n_refuse_what_they_cannot_combine():
     with pytest.raises(ValueError, match="even number of tile columns"):
         make_plan(1000, 384, 4096, 2, 132, "rs", bn=128, pair_n=True)
-    for kw in ({"rotate": True}, {"cta_group": 1},
-               {"arch": "sm_100a"}):
+    for kw in ({"cta_group": 1}, {"arch": "sm_100a"}):
         with pytest.raises(ValueError, match="pairs along N"):
             make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True, **kw)
     p = make_plan(1000, 7168, 4096, 2, 132, "rs", pair_n=True)
@@ -710,7 +692,7 @@ def test_push_all_simulated_exchange_sums_exactly():
 def test_push_all_refuses_what_it_cannot_combine():
     ok = dict(M=512, N=7168, K=1024, world=2, sm_count=132, mode="ar")
     for kw in (dict(mode="rs"), dict(mode="gemm"), dict(M=PUSH_ALL_MAX_M + 1),
-               dict(arch="sm_100a"), dict(cta_group=2), dict(lag=1), dict(rotate=True),
+               dict(arch="sm_100a"), dict(cta_group=2), dict(lag=1),
                dict(peers_first=True), dict(pair_n=True), dict(world=4)):
         args = dict(ok)
         args.update(kw)
@@ -799,7 +781,7 @@ def test_flat_peers_first_uses_fewer_rounds_where_lists_are_uneven():
 
 
 def test_flat_peers_first_refuses_what_it_cannot_combine():
-    for kw in (dict(cta_group=2), dict(rotate=True), dict(lag=1), dict(pair_n=True),
+    for kw in (dict(cta_group=2), dict(lag=1), dict(pair_n=True),
                dict(peers_first=False), dict(arch="sm_100a")):
         with pytest.raises(ValueError, match="flat"):
             make_plan(1000, 7168, 1024, 2, 132, "rs", flat=True, **kw)
@@ -982,32 +964,9 @@ def test_workspace_holds_every_tile_of_a_partial_column():
                     assert lay.part_off + p.num_tiles * p.tile_bytes <= lay.out_off
 
 
-@pytest.mark.parametrize("g", [3, 4])
-def test_plain_gemm_clusters_of_g_tile_rows_cover_every_tile_once(g):
-    """``cta_group`` 3 / 4 (the plain GEMM, an experiment): the CTAs of a cluster take g
-    vertically adjacent tiles of one tile column; rows past the last are idle padding."""
-    for M in (1, 128, 320, 384, 512, 700, 2048):
-        for N, bn in ((7168, 192), (8192, 256), (2880, 192), (1024, 128)):
-            if bn % (8 * g):
-                continue
-            p = make_plan(M, N, 4096, 2, 132, "gemm", bn=bn, cta_group=g)
-            assert p.cluster_mn == (g, 1) and p.grid % g == 0 and 0 < p.grid <= 132
-            assert p.num_units == ceil_div(p.tiles_m, g) * p.tiles_n
-            tiles = [t for c in range(p.grid) for t in p.cta_tiles(0, c)]
-            assert sorted(tiles) == list(range(p.num_tiles))
-            for c0 in range(0, p.grid, g):
-                for r in range(p.rounds):
-                    real = [t for t in (p.scheduled(0, c0 + v, r) for v in range(g)) if t >= 0]
-                    assert len({t % p.tiles_n for t in real}) <= 1
-                    assert all(b - a == p.tiles_n for a, b in zip(real, real[1:]))
-
-
-def test_clusters_of_three_or_four_are_plain_gemm_plans_only():
-    with pytest.raises(ValueError, match="1 or 2"):
-        make_plan(512, 7168, 4096, 2, 132, "rs", bn=192, cta_group=3)
-    with pytest.raises(ValueError, match="8-row"):
-        make_plan(512, 7168, 4096, 2, 132, "gemm", bn=128, cta_group=3)  # 128 / 3 rows
-    with pytest.raises(ValueError, match="8-row"):
-        make_plan(512, 7168, 4096, 2, 148, "gemm", bn=256, cta_group=4, arch="sm_100a")
-    with pytest.raises(ValueError, match="1 or 2"):
-        make_plan(512, 7168, 4096, 2, 132, "gemm", bn=256, cta_group=5)
+def test_clusters_are_one_or_two_ctas():
+    """Clusters of 3 / 4 tile rows (the plain GEMM) left main: tag experiments/2026-12-05."""
+    for g in (0, 3, 4, 5):
+        for mode in ("rs", "gemm"):
+            with pytest.raises(ValueError, match="1 or 2"):
+                make_plan(512, 7168, 4096, 2, 132, mode, bn=256, cta_group=g)

@@ -171,7 +171,7 @@ def test_flat_rule_yields_to_forced_knobs():
     assert not make_plan(640, 7168, 4096, 2, 132, "ar", push_all=None).push_all
     assert not make_plan(640, 7168, 4096, 2, 132, "rs", arch="sm_100a").flat
     for kw in ({"bn": 224}, {"cta_group": 2}, {"lag": 1}, {"peers_first": True},
-               {"peers_first": False}, {"flat": False}, {"rotate": True}):
+               {"peers_first": False}, {"flat": False}):
         p = make_plan(640, 7168, 4096, 2, 132, "rs", **kw)
         assert not p.flat, kw
     # forced on where the rule says no: the same order, at the width of least lane cost

@@ -14,7 +14,7 @@ from rsar_core.validate import check_tuning
 
 
 @pytest.mark.parametrize("field,bad", [
-    ("bn", 96), ("bn", "256"), ("cta_group", 5), ("lag", 2), ("band", 256), ("band", -1),
+    ("bn", 96), ("bn", "256"), ("cta_group", 3), ("cta_group", 5), ("lag", 2), ("band", 256), ("band", -1),
     ("peers_first", 1), ("pair_n", None), ("push", "nvls"), ("stages", 2), ("stages", 9),
     ("epi_slots", -1), ("pdl", None), ("push_ctas", -1), ("push_ctas", True),
     ("pingpong", 1), ("trace", "yes")])
@@ -69,7 +69,8 @@ def test_untuned_resolve_is_the_rules_and_tuning_overrides_them():
 @pytest.mark.parametrize("tuning,shape,match", [
     (Tuning(push_ctas=8), Shape(2048, 7168, 1024, "ar"), "push CTAs are an RS plan"),
     (Tuning(pingpong=True), Shape(4096, 7168, 1024, "rs"), "at most 160"),
-    (Tuning(cta_group=3), Shape(1024, 7168, 1024, "rs"), "Tuning\\(cta_group=3\\) cannot plan"),
+    (Tuning(pair_n=True, cta_group=1), Shape(1024, 7168, 1024, "rs"),
+     "Tuning\\(cta_group=1, pair_n=True\\) cannot plan"),
     (Tuning(lag=1, peers_first=True), Shape(1024, 7168, 1024, "rs"), "cannot plan"),
 ])
 def test_a_call_the_tuning_cannot_run_is_refused_before_compiling(tuning, shape, match):

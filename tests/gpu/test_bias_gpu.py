@@ -15,7 +15,7 @@ from gpu_ops import get_op
 from rsar_core import GemmRsAr, RsarTypeError, RsarValueError
 from rsar_core.reference import (rank_fp8_inputs, rank_inputs, reference_fp8_sum,
                                  reference_sum, rel_error)
-from test_fused_gpu import check_result, knobs
+from test_fused_gpu import check_result, knobs, op_push
 
 FP8 = torch.float8_e4m3fn
 
@@ -66,20 +66,19 @@ def test_default_plans(comm, M, N, K, ar):
 
 
 @pytest.mark.parametrize("forced", [
-    dict(force_cta_group=1), dict(force_cta_group=2), dict(force_rotate=True, force_cta_group=1),
-    dict(force_peers_first=True, force_cta_group=1), dict(force_bn=64),
-    dict(force_pingpong=True, force_bn=128), dict(force_prefetch=False)],
-    ids=["c1", "c2", "c1rot", "c1pf", "bn64", "pp128", "noprefetch"])
+    dict(cta_group=1), dict(cta_group=2),
+    dict(peers_first=True, cta_group=1), dict(bn=64),
+    dict(pingpong=True, bn=128), dict(prefetch=False)],
+    ids=["c1", "c2", "c1pf", "bn64", "pp128", "noprefetch"])
 @pytest.mark.parametrize("push", ["lsu", None], ids=["lsu", "tma"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("M,K", [(129, 1024), (1000, 4096)])
 def test_forced_plans(comm, M, K, ar, push, forced):
     """Thread-store pushes and bulk copies, each order, cluster shape and MMA role, and the
     reductions with and without their prefetch: each of those sums adds the bias."""
-    op = get_op(comm, 7168, ar)
-    if push == "lsu" and forced.get("force_pingpong"):
+    if push == "lsu" and forced.get("pingpong"):
         pytest.skip("ping-pong runs with bulk-copy pushes only in these tests")
-    with knobs(op, push=push or op.push, **forced):
+    with knobs(get_op(comm, 7168, ar), push=push, **forced) as op:
         check_bias(op, seed=M + 3 * K + len(forced), M=M, K=K)
 
 
@@ -87,10 +86,10 @@ def test_forced_plans(comm, M, K, ar, push, forced):
 def test_push_ctas(comm, M, K):
     """RS with push CTAs: staged tiles reach their owners, whose sums add the bias."""
     op = get_op(comm, 7168, False)
-    if op.transport != "unicast" or op.push == "lsu" or op.arch != "sm_90a":
+    if op.transport != "unicast" or op_push(op) == "lsu" or op.arch != "sm_90a":
         pytest.skip("push CTAs are an sm90 RS plan over unicast with bulk-copy pushes")
-    with knobs(op, force_push_ctas=8):
-        check_bias(op, seed=M + K, M=M, K=K)
+    with knobs(op, push_ctas=8) as pushing:
+        check_bias(pushing, seed=M + K, M=M, K=K)
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])

@@ -32,23 +32,17 @@ def test_default_plans(comm, M, N, K, ar):
 
 
 @pytest.mark.parametrize("forced", [
-    dict(force_cta_group=1), dict(force_cta_group=2), dict(force_rotate=True, force_cta_group=1),
-    dict(force_peers_first=True, force_cta_group=1), dict(force_bn=64)],
-    ids=["c1", "c2", "c1rot", "c1pf", "bn64"])
+    dict(cta_group=1), dict(cta_group=2),
+    dict(peers_first=True, cta_group=1), dict(bn=64)],
+    ids=["c1", "c2", "c1pf", "bn64"])
 @pytest.mark.parametrize("push", ["lsu", None], ids=["lsu", "tma"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("M,K", [(129, 1024), (1000, 4096), (4096, 1024)])
 def test_forced_plans(comm, M, K, ar, push, forced):
     """Thread-store pushes and bulk copies (the fp16 unpack and sum run in both), on each
     order and cluster shape."""
-    op = get_op(comm, 7168, ar, dtype=F16)
-    before = op.push
-    op.push = push or before
-    try:
-        with knobs(op, **forced):
-            check(op, seed=M + 7 * K + len(forced), M=M, K=K)
-    finally:
-        op.push = before
+    with knobs(get_op(comm, 7168, ar, dtype=F16), push=push, **forced) as op:
+        check(op, seed=M + 7 * K + len(forced), M=M, K=K)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 7168, 1024), (320, 7168, 4096), (2048, 7168, 1024),

@@ -58,14 +58,13 @@ def test_scale_kinds(comm, M, K, ar, per_row):
 
 
 @pytest.mark.parametrize("forced", [
-    dict(force_cta_group=1), dict(force_cta_group=2), dict(force_peers_first=True, force_cta_group=1),
-    dict(force_bn=64), dict(force_peers_first=True, force_flat=True, force_sk=True)],
+    dict(cta_group=1), dict(cta_group=2), dict(peers_first=True, cta_group=1),
+    dict(bn=64), dict(peers_first=True, flat=True, sk=True)],
     ids=["c1", "c2", "c1pf", "bn64", "flatsk"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("M,K", [(129, 2048), (1000, 8192), (4096, 2048)])
 def test_forced_plans(comm, M, K, ar, forced):
-    op = _op(comm, 7168, ar)
-    with knobs(op, **forced):
+    with knobs(_op(comm, 7168, ar), **forced) as op:
         check_fp8(op, seed=M + 7 * K + len(forced), M=M, K=K)
 
 
@@ -206,8 +205,8 @@ def test_block_default_plans(comm, M, N, K, ar):
 
 
 @pytest.mark.parametrize("forced", [
-    dict(force_bn=64), dict(force_cta_group=1), dict(force_cta_group=2),
-    dict(force_peers_first=True, force_flat=True, force_sk=True)],
+    dict(bn=64), dict(cta_group=1), dict(cta_group=2),
+    dict(peers_first=True, flat=True, sk=True)],
     ids=["bn64", "c1", "c2", "flatsk"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("M,N,K", [(129, 7168, 1024), (1000, 2880, 4096), (4096, 7168, 1024)])
@@ -215,8 +214,7 @@ def test_block_forced_plans(comm, M, N, K, ar, forced):
     """Block-wise scales on forced plans: 64-wide tiles (two tile columns per w block),
     1-CTA tiles, 2x1 clusters sharing w's tile, and the split-K tail (a tile's k-groups cut
     between two CTAs, each promoting its own)."""
-    op = _op(comm, N, ar)
-    with knobs(op, **forced):
+    with knobs(_op(comm, N, ar), **forced) as op:
         check_fp8(op, seed=M + 3 * K + N + len(forced), M=M, K=K, block=True)
 
 
@@ -245,14 +243,14 @@ def test_block_gemm_only_against_float64_and_torch(comm, M, N, K):
 
 
 @pytest.mark.parametrize("M,N,K,forced", [
-    (129, 7168, 1152, dict(force_bn=64)),
-    (2048, 7168, 2176, dict(force_bn=64)),
-    (129, 7168, 1152, dict(force_cta_group=1)),
-    (2048, 7168, 2176, dict(force_cta_group=2)),
-    (1000, 2880, 4224, dict(force_cta_group=2)),
-    (2048, 7168, 2176, dict(force_cta_group=2, force_pair_n=True)),
-    (1000, 2880, 4480, dict(force_cta_group=1, force_sk=True)),
-    (640, 7168, 4480, dict(force_cta_group=1, force_sk=True))],
+    (129, 7168, 1152, dict(bn=64)),
+    (2048, 7168, 2176, dict(bn=64)),
+    (129, 7168, 1152, dict(cta_group=1)),
+    (2048, 7168, 2176, dict(cta_group=2)),
+    (1000, 2880, 4224, dict(cta_group=2)),
+    (2048, 7168, 2176, dict(cta_group=2, pair_n=True)),
+    (1000, 2880, 4480, dict(cta_group=1, sk=True)),
+    (640, 7168, 4480, dict(cta_group=1, sk=True))],
     ids=["bn64-9", "bn64-17", "c1-9", "c2-17", "c2-33", "pn-17", "sk-35", "sk8-35"])
 def test_block_gemm_only_forced_plans(comm, M, N, K, forced):
     """The GEMM alone's two product sets (two k-groups a trip, an odd count's last alone:
@@ -262,10 +260,10 @@ def test_block_gemm_only_forced_plans(comm, M, N, K, forced):
     op = _op(comm, N, False, max_M=2048)
     x, w, sx, sw = rank_fp8_inputs(M + N + K + len(forced), op.rank, M, N, K, _dev(),
                                    block=True)
-    with knobs(op, **forced):
+    with knobs(op, **forced) as tuned:
         # the split-K cases do cut tiles (the tail's pieces over idle SMs)
-        assert bool(op.plan(M, K, "gemm", block=True).sk) == bool(forced.get("force_sk"))
-        y = op.gemm_only(x, w, sx, sw)
+        assert bool(tuned.plan(M, K, "gemm", block=True).sk) == bool(forced.get("sk"))
+        y = tuned.gemm_only(x, w, sx, sw)
     torch.cuda.synchronize()
     assert y.shape == (M, N) and not torch.isnan(y).any()
     assert rel_error(y, scaled_product(x, w, sx, sw)) < 4e-3
@@ -346,12 +344,12 @@ def test_bad_block_scales_are_refused_before_a_launch(comm):
         assert torch.isnan(out).all(), f"bad input {i} wrote the output"
         check_fp8(op, seed=82 + i, M=M, K=K, block=True)
     # tiles wider than a w block: refused for block-wise scales, the call and the GEMM alone
-    with knobs(op, force_bn=256):
+    with knobs(op, bn=256) as wide:
         out = torch.full((M, op.N), float("nan"), dtype=op.dtype, device=_dev())
-        with pytest.raises(RsarValueError, match="force_bn"):
-            op(x, w, sx, sw, out=out)
-        with pytest.raises(RsarValueError, match="force_bn"):
-            op.gemm_only(x, w, sx, sw)
+        with pytest.raises(RsarValueError, match=r"Tuning\.bn"):
+            wide(x, w, sx, sw, out=out)
+        with pytest.raises(RsarValueError, match=r"Tuning\.bn"):
+            wide.gemm_only(x, w, sx, sw)
         torch.cuda.synchronize()
         assert torch.isnan(out).all()
     check_fp8(op, seed=95, M=M, K=K, block=True)

@@ -14,8 +14,7 @@ from rsar_core import GemmRsAr, RsarTimeoutError, ShapeMismatchError
 from rsar_core.reference import rank_inputs, reference_sum, rel_error, rs_rows
 
 from gpu_ops import MAX_M, get_op
-from launch.rules import default_stages
-from launch.variant import push_for
+from launch.rules import default_push, default_stages
 from launch.geometry import sk_pieces
 
 TOL = 1e-2
@@ -41,16 +40,25 @@ def poisoned_call(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor,
 
 
 @contextlib.contextmanager
-def knobs(op: GemmRsAr, **values):
-    """The op with these ``force_*`` attributes set for the block, restored after it."""
-    before = {k: getattr(op, k) for k in values}
-    for k, v in values.items():
-        setattr(op, k, v)
-    try:
+def knobs(op: GemmRsAr, **fields):
+    """``op.retune(**fields)`` (``Tuning`` fields) for the block, closed after it (its
+    workspace, ``op``'s, stays open); the block calls the op this yields, not ``op``. Where
+    the fields leave ``op``'s tuning as it is, ``op`` itself. Collective, as construction is:
+    every rank enters it with the same fields."""
+    if op.tuning.replace(**fields) == op.tuning:
         yield op
+        return
+    tuned = op.retune(**fields)
+    try:
+        yield tuned
     finally:
-        for k, v in before.items():
-            setattr(op, k, v)
+        tuned.close()
+
+
+def op_push(op: GemmRsAr) -> str:
+    """How ``op``'s partials leave: its tuning's ``push``, else the rule's for its arch,
+    transport and mode."""
+    return op.tuning.push or default_push(op.arch or "", op.transport, op.mode)
 
 
 def check(op: GemmRsAr, seed: int, M: int, K: int) -> None:
@@ -91,37 +99,30 @@ def test_correct(comm, M, N, K, ar):
     check(get_op(comm, N, ar), seed=M * 7 + K * 13 + N, M=M, K=K)
 
 
-@pytest.mark.parametrize("cta_group,rotate,push,peers_first,bn", [
-    (1, False, "lsu", False, None), (2, False, "lsu", False, None), (1, True, "lsu", False, None),
-    (1, False, "tma", False, None), (2, False, "tma", False, None),
-    (1, False, "tma_all", False, None), (1, False, "tma_all", True, None),
-    (1, False, "lsu", True, None), (1, False, "tma_all", True, 64), (1, False, "lsu", False, 64),
-    (1, False, "tma_all", False, 224), (2, False, "lsu", False, 224), (1, False, "tma", True, 224),
-    (1, True, "tma_all", False, None)],
-    ids=["c1", "c2", "c1rot", "c1tma", "c2tma", "c1tmaall", "c1pf", "c1pflsu", "c1pf64", "c1bn64",
-         "c1bn224", "c2bn224lsu", "c1pf224", "c1rottma"])
+@pytest.mark.parametrize("cta_group,push,peers_first,bn", [
+    (1, "lsu", False, None), (2, "lsu", False, None),
+    (1, "tma", False, None), (2, "tma", False, None),
+    (1, "tma_all", False, None), (1, "tma_all", True, None),
+    (1, "lsu", True, None), (1, "tma_all", True, 64), (1, "lsu", False, 64),
+    (1, "tma_all", False, 224), (2, "lsu", False, 224), (1, "tma", True, 224)],
+    ids=["c1", "c2", "c1tma", "c2tma", "c1tmaall", "c1pf", "c1pflsu", "c1pf64", "c1bn64",
+         "c1bn224", "c2bn224lsu", "c1pf224"])
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("N", [384, 7168])
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 127, 129, 300, 1000, 4096, 8191])
-def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_first, bn):
+def test_correct_forced_plan(comm, M, N, K, ar, cta_group, push, peers_first, bn):
     """Every plan and push path on every shape class (odd tile rows leave a padding tile in
-    2x1 clusters; rotated parts; the peers-first order; bulk-copy pushes of owners' row
-    ranges), whichever one the defaults pick."""
+    2x1 clusters; the peers-first order; bulk-copy pushes of owners' row ranges), whichever
+    one the defaults pick."""
     if bn is not None and N % bn:
         pytest.skip(f"{bn}-wide tiles do not divide N={N}")
-    op = get_op(comm, N, ar)
-    default = op.push
-    op.force_cta_group, op.force_rotate, op.push = cta_group, rotate, push
-    op.force_peers_first, op.force_bn = peers_first, bn
-    try:
+    with knobs(get_op(comm, N, ar), cta_group=cta_group, push=push, peers_first=peers_first,
+               bn=bn) as op:
         p = op.plan(M, K)
-        assert p.cta_group == cta_group and p.rotate == (rotate and cta_group == 1)
+        assert p.cta_group == cta_group
         assert p.peers_first == peers_first and (bn is None or p.bn == bn)
         check(op, seed=M * 5 + K * 11 + N + cta_group, M=M, K=K)
-    finally:
-        op.force_cta_group, op.force_rotate, op.push = None, False, default
-        op.force_peers_first, op.force_bn = None, None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -130,9 +131,7 @@ def test_correct_forced_plan(comm, M, N, K, ar, cta_group, rotate, push, peers_f
 def test_pairs_with_lag_round(comm, M, K, ar):
     """2x1 clusters with the lag round, where no pair-tile straddles two owners (at world 4
     and 8, M=512 leaves each owner 128 or 64 rows: the plan refuses, before any launch)."""
-    op = get_op(comm, 7168, ar)
-    op.force_cta_group, op.force_lag = 2, 1
-    try:
+    with knobs(get_op(comm, 7168, ar), cta_group=2, lag=1) as op:
         if (M // op.world) % 256:
             with pytest.raises(ValueError, match="straddle"):
                 op.plan(M, K)
@@ -140,8 +139,6 @@ def test_pairs_with_lag_round(comm, M, K, ar):
         p = op.plan(M, K)
         assert p.cta_group == 2 and p.lag == 1
         check(op, seed=M * 3 + K * 17 + int(ar), M=M, K=K)
-    finally:
-        op.force_cta_group = op.force_lag = None
 
 
 @pytest.mark.parametrize("pf", [False, True], ids=["rnd", "pf"])
@@ -152,15 +149,11 @@ def test_pairs_with_lag_round(comm, M, K, ar):
 def test_pairs_along_n(comm, M, K, ar, bn, pf):
     """2x1 clusters whose two tiles are neighbours in one tile row, sharing x's tile, in the
     round order and peers-first."""
-    op = get_op(comm, 7168, ar)
-    op.force_pair_n, op.force_bn, op.force_peers_first = True, bn, pf
-    try:
+    with knobs(get_op(comm, 7168, ar), pair_n=True, bn=bn, peers_first=pf) as op:
         p = op.plan(M, K)
         assert p.pair_n and p.cta_group == 2 and (bn is None or p.bn == bn)
         assert p.peers_first == pf
         check(op, seed=M * 7 + K * 3 + int(ar) + (bn or 0) + 11 * pf, M=M, K=K)
-    finally:
-        op.force_pair_n, op.force_bn, op.force_peers_first = False, None, None
 
 
 @pytest.mark.parametrize("cta_group", [1, 2])
@@ -171,16 +164,12 @@ def test_pairs_along_n(comm, M, K, ar, bn, pf):
 def test_four_stages_partial_ring(comm, M, K, ar, bn, cta_group):
     """4 mainloop stages with a sub-tile ring that holds part of a tile (slots come back per
     sub-tile, so the MMA warps wait for the first pushes before the tile's last sub-tiles)."""
-    op = get_op(comm, 7168, ar)
-    op.force_stages, op.force_bn, op.force_cta_group = 4, bn, cta_group
-    try:
+    with knobs(get_op(comm, 7168, ar), stages=4, bn=bn, cta_group=cta_group) as op:
         assert op.plan(M, K).bn == bn
         check(op, seed=M * 3 + K + bn + int(ar) + 7 * cta_group, M=M, K=K)
         dev = torch.device("cuda", torch.cuda.current_device())
         x, w = rank_inputs(M + bn, op.rank, M, op.N, K, dev)
         assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
-    finally:
-        op.force_stages, op.force_bn, op.force_cta_group = 0, None, None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -192,19 +181,15 @@ def test_default_four_stage_plans(comm, M, K, ar):
     bit for bit what the whole-tile ring's 3 stages compute (the k-blocks' order is the
     same)."""
     op = get_op(comm, 7168, ar)
-    mode = "ar" if ar else "rs"
-    push = push_for(op.push, mode)
+    push = op.variant(M, K).push  # the op's push as its kernel compiles it (push_for)
     if comm.Get_size() == 2 and op.transport == "unicast" and M in (1000, 1024):
         assert default_stages(op.arch, op.transport, push, op.plan(M, K)) == 4
     check(op, seed=M * 5 + K + int(ar), M=M, K=K)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M + K, op.rank, M, op.N, K, dev)
     y4, g4 = op(x, w), op.gemm_only(x, w)
-    op.force_stages = 3
-    try:
-        y3, g3 = op(x, w), op.gemm_only(x, w)
-    finally:
-        op.force_stages = 0
+    with knobs(op, stages=3) as three:
+        y3, g3 = three(x, w), three.gemm_only(x, w)
     torch.cuda.synchronize()
     op.check()
     assert torch.equal(y4, y3) and torch.equal(g4, g3)
@@ -235,30 +220,9 @@ def test_gemm_only_one_cta_plans(comm, M, N, K):
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
-@pytest.mark.parametrize("g,bn", [(3, 192), (4, 256), (4, 128)])
-@pytest.mark.parametrize("M,N,K", [(320, 7168, 4096), (1, 7168, 1024), (700, 8192, 2048),
-                                   (2048, 2880, 1024)])
-def test_gemm_only_clusters_of_g_tile_rows(comm, g, bn, M, N, K):
-    """The GEMM alone on clusters of 3 / 4 tile rows sharing w's tile (an experiment knob):
-    partial clusters at the last row, partial tiles at N's edge, and grids with more clusters
-    than run at once, against the float64 reference on a NaN-poisoned output."""
-    op = get_op(comm, N, False, max_M=4096)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    x, w = rank_inputs(M + g * N + K, op.rank, M, op.N, K, dev)
-    with knobs(op, force_cta_group=g, force_bn=bn):
-        assert op.plan(M, K, "gemm").cluster_mn == (g, 1)
-        op.gemm_only(x, w)  # compiles; the next call allocates its output first
-        poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
-        del poison
-        y = op.gemm_only(x, w)
-    torch.cuda.synchronize()
-    assert not torch.isnan(y).any()
-    assert rel_error(y, x.double() @ w.double().t()) < TOL
-
-
 def _push_ctas_op(comm, N: int):
     op = get_op(comm, N, False)
-    if op.transport != "unicast" or op.push == "lsu" or op.arch != "sm_90a":
+    if op.transport != "unicast" or op_push(op) == "lsu" or op.arch != "sm_90a":
         pytest.skip("push CTAs are an sm90 RS plan over unicast with bulk-copy pushes")
     return op
 
@@ -269,13 +233,9 @@ def _push_ctas_op(comm, N: int):
 def test_push_ctas_correct(comm, M, K, P):
     """RS with P push CTAs (``launch.plan.push_plan``): staged tiles reach their owners,
     shared tile rows included, against the float64 reference."""
-    op = _push_ctas_op(comm, 7168)
-    op.force_push_ctas = P
-    try:
+    with knobs(_push_ctas_op(comm, 7168), push_ctas=P) as op:
         assert op.plan(M, K).push_ctas == P
         check(op, seed=M * 11 + K + P, M=M, K=K)
-    finally:
-        op.force_push_ctas = 0
 
 
 def test_push_ctas_back_to_back_bitwise(comm):
@@ -286,18 +246,15 @@ def test_push_ctas_back_to_back_bitwise(comm):
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(5)
     outs = []
-    try:
+    with knobs(op, push_ctas=16) as pushing:  # on op's workspace: stamps, staging shared
         for step in range(100):
             M = rng.randint(1, 2048)
             x, w = rank_inputs(900 + step, op.rank, M, op.N, 512, dev)
-            op.force_push_ctas = 16
-            a = op(x, w)
-            op.force_push_ctas = 0
+            a = pushing(x, w)
             outs.append((step, M, a, op(x, w)))
         torch.cuda.synchronize()
+        pushing.check()
         op.check()
-    finally:
-        op.force_push_ctas = 0
     for step, M, a, b in outs:
         assert torch.equal(a, b), f"step {step} M={M}: push CTAs and the default differ"
 
@@ -328,14 +285,10 @@ def test_push_all_ar(comm, M, N, K, bn):
     the two ranks' results identical bit for bit, as the owner scheme's are."""
     if comm.Get_size() != 2:
         pytest.skip("push-all plans are world-2 plans")
-    op = get_op(comm, N, True)
-    op.force_push_all, op.force_bn = True, bn
-    try:
+    with knobs(get_op(comm, N, True), push_all=True, bn=bn) as op:
         p = op.plan(M, K)
         assert p.push_all and (bn is None or p.bn == bn)
         _check_same_on_every_rank(comm, op, M * 7 + K * 3 + N + (bn or 0), M, K)
-    finally:
-        op.force_push_all, op.force_bn = None, None
 
 
 @pytest.mark.parametrize("M,K", [(1, 1024), (128, 1024), (128, 9216), (200, 4096), (256, 1024),
@@ -355,26 +308,26 @@ def test_default_small_m_plans(comm, M, K):
 
 def _mixed_pairs(op, knob: str, steps: int, max_M: int, K: int, seed: int, p_on: float,
                  p_pair: float) -> list:
-    """``steps`` queued calls of random M, ``op``'s attribute ``knob`` on with probability
-    ``p_on``; now and then the same inputs again with the knob flipped. Returns (step, M,
-    first output, second output) for those pairs, after a sync and ``op.check()``."""
+    """``steps`` queued calls of random M on ``op`` retuned with the bool ``Tuning`` field
+    ``knob`` True with probability ``p_on``, else False (both ops on ``op``'s workspace,
+    ``op`` itself for the value its tuning has); now and then the same inputs again with the
+    knob flipped. Returns (step, M, first output, second output) for those pairs, after a
+    sync and ``check()``."""
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(seed)
     pairs = []
-    default = getattr(op, knob)
-    try:
+    with knobs(op, **{knob: False}) as off, knobs(op, **{knob: True}) as on:
+        by_value = {False: off, True: on}
         for step in range(steps):
             M = rng.randint(1, max_M)
             x, w = rank_inputs(seed * 10 + step, op.rank, M, op.N, K, dev)
-            setattr(op, knob, rng.random() < p_on)
-            y = op(x, w)
+            value = rng.random() < p_on
+            y = by_value[value](x, w)
             if rng.random() < p_pair:
-                setattr(op, knob, not getattr(op, knob))
-                pairs.append((step, M, y, op(x, w)))
+                pairs.append((step, M, y, by_value[not value](x, w)))
         torch.cuda.synchronize()
-        op.check()
-    finally:
-        setattr(op, knob, default)
+        off.check()
+        on.check()
     assert pairs
     return pairs
 
@@ -385,12 +338,8 @@ def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
     owner plan bit for bit."""
     if comm.Get_size() != 2:
         pytest.skip("push-all plans are world-2 plans")
-    op = get_op(comm, 384, True)
-    op.force_bn = 64
-    try:
-        pairs = _mixed_pairs(op, "force_push_all", 300, 1024, 256, 77, 0.5, 0.1)
-    finally:
-        op.force_bn = None
+    with knobs(get_op(comm, 384, True), bn=64) as op:
+        pairs = _mixed_pairs(op, "push_all", 300, 1024, 256, 77, 0.5, 0.1)
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: push-all and the owner plan differ"
 
@@ -399,17 +348,13 @@ def test_push_all_and_owner_plans_back_to_back_bitwise(comm):
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_without_pdl_correct(comm, M, K, ar):
-    """Launches without programmatic dependent launch (``force_pdl=False``; every other test
-    runs the default, PDL on sm90): the fused op and the GEMM alone, correct."""
-    op = get_op(comm, 7168, ar)
-    op.force_pdl = False
-    try:
+    """Launches without programmatic dependent launch (``Tuning(pdl=False)``; every other
+    test runs the default, PDL on sm90): the fused op and the GEMM alone, correct."""
+    with knobs(get_op(comm, 7168, ar), pdl=False) as op:
         check(op, seed=M * 11 + K + int(ar), M=M, K=K)
         dev = torch.device("cuda", torch.cuda.current_device())
         x, w = rank_inputs(M + K, op.rank, M, op.N, K, dev)
         assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
-    finally:
-        op.force_pdl = None
 
 
 @pytest.mark.parametrize("order", ["default", "pf", "pflsu"])
@@ -417,19 +362,13 @@ def test_without_pdl_correct(comm, M, K, ar):
 @pytest.mark.parametrize("K", [64, 4096])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_prefetch_correct(comm, M, K, ar, order):
-    """Reductions and AR's copy-out loading one sub-tile ahead (``force_prefetch``), on the
-    default plan and on 1-CTA peers-first plans with bulk-copy or thread-store pushes."""
-    op = get_op(comm, 7168, ar)
-    default_push = op.push
-    op.force_prefetch = True
-    if order != "default":
-        op.force_cta_group, op.force_peers_first = 1, True
-        op.push = "lsu" if order == "pflsu" else default_push
-    try:
+    """Reductions and AR's copy-out loading one sub-tile ahead (``Tuning.prefetch``, on by
+    default), on the default plan and on 1-CTA peers-first plans with bulk-copy or
+    thread-store pushes."""
+    fields = {} if order == "default" else dict(
+        cta_group=1, peers_first=True, push="lsu" if order == "pflsu" else None)
+    with knobs(get_op(comm, 7168, ar), prefetch=True, **fields) as op:
         check(op, seed=M * 13 + K + int(ar), M=M, K=K)
-    finally:
-        op.force_prefetch = op.force_cta_group = op.force_peers_first = None
-        op.push = default_push
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -437,7 +376,7 @@ def test_prefetch_back_to_back_bitwise(comm, ar):
     """300 queued calls of random M, with and without the sub-tile-ahead loads mixed: the
     same inputs give the same result bit for bit (the loads move, the sums do not)."""
     op = get_op(comm, 7168, ar)
-    pairs = _mixed_pairs(op, "force_prefetch", 300, MAX_M, 256, 77 + int(ar), 0.5, 0.1)
+    pairs = _mixed_pairs(op, "prefetch", 300, MAX_M, 256, 77 + int(ar), 0.5, 0.1)
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: prefetching and plain reductions differ"
     check(op, seed=8, M=1000, K=128)
@@ -449,13 +388,9 @@ def test_prefetch_back_to_back_bitwise(comm, ar):
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_push_window_correct(comm, M, K, ar, on):
     """Pushes with one sub-tile's copies in flight at a time, or a tile's all at once
-    (``force_push_window``), on the default plans of either rule."""
-    op = get_op(comm, 7168, ar)
-    op.force_push_window = on
-    try:
+    (``Tuning.push_window``), on the default plans of either rule."""
+    with knobs(get_op(comm, 7168, ar), push_window=on) as op:
         check(op, seed=M * 17 + K + int(ar) + 2 * int(on), M=M, K=K)
-    finally:
-        op.force_push_window = None
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
@@ -463,7 +398,7 @@ def test_push_window_back_to_back_bitwise(comm, ar):
     """300 queued calls of random M, the push window on and off mixed: the copies wait
     differently, the sums do not change, so the same inputs give the same bits."""
     op = get_op(comm, 7168, ar)
-    pairs = _mixed_pairs(op, "force_push_window", 300, MAX_M, 256, 91 + int(ar), 0.5, 0.1)
+    pairs = _mixed_pairs(op, "push_window", 300, MAX_M, 256, 91 + int(ar), 0.5, 0.1)
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: push windows 0 and 1 differ"
     check(op, seed=9, M=1000, K=128)
@@ -475,7 +410,7 @@ def test_pdl_back_to_back_bitwise(comm, ar):
     the kernel before it (its epoch, stamps and y's memory): a PDL call equals the plain
     call on the same inputs bit for bit, and a call after them is still correct."""
     op = get_op(comm, 384, ar)
-    pairs = _mixed_pairs(op, "force_pdl", 500, MAX_M, 128, 99 + int(ar), 0.7, 0.05)
+    pairs = _mixed_pairs(op, "pdl", 500, MAX_M, 128, 99 + int(ar), 0.7, 0.05)
     for step, M, a, b in pairs:
         assert torch.equal(a, b), f"step {step} M={M}: PDL and plain launches differ"
     check(op, seed=7, M=1000, K=128)
@@ -487,11 +422,8 @@ def test_gemm_only_64_wide(comm, M):
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M + 64, op.rank, M, op.N, 4096, dev)
-    op.force_bn, op.force_cta_group = 64, 1
-    try:
-        y = op.gemm_only(x, w)
-    finally:
-        op.force_bn = op.force_cta_group = None
+    with knobs(op, bn=64, cta_group=1) as narrow:
+        y = narrow.gemm_only(x, w)
     assert rel_error(y, x.double() @ w.double().t()) < TOL
 
 
@@ -501,11 +433,8 @@ def test_gemm_only_pairs_along_n(comm, M, bn):
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M + 5, op.rank, M, op.N, 4096, dev)
-    op.force_pair_n, op.force_bn = True, bn
-    try:
-        y = op.gemm_only(x, w)
-    finally:
-        op.force_pair_n, op.force_bn = False, None
+    with knobs(op, pair_n=True, bn=bn) as paired:
+        y = paired.gemm_only(x, w)
     assert rel_error(y, x.double() @ w.double().t()) < TOL
 
 
@@ -519,12 +448,8 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
     op = get_op(comm, 7168, False)
     dev = torch.device("cuda", torch.cuda.current_device())
     x, w = rank_inputs(M, op.rank, M, op.N, 1024, dev)
-    default = op.push
-    op.force_cta_group, op.push = cta_group, push
-    try:
-        y = op.gemm_only(x, w, band=band)
-    finally:
-        op.force_cta_group, op.push = None, default
+    with knobs(op, cta_group=cta_group, push=push, band=band) as forced:
+        y = forced.gemm_only(x, w)
     ref = (x.double() @ w.double().t())
     assert rel_error(y, ref) < TOL
 
@@ -532,34 +457,33 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
 @pytest.mark.parametrize("N", [7168, 8192])
 @pytest.mark.parametrize("M,K,force", [
     (1, 1024, {}), (129, 1024, {}), (256, 1024, {}), (1000, 4096, {}), (2048, 1024, {}),
-    (3000, 9216, {}), (512, 4096, {"force_stages": 4}), (1000, 1024, {"force_cta_group": 1}),
-    (1000, 1024, {"force_cta_group": 2}), (200, 2048, {"force_pair_n": True}),
-    (640, 9216, {"force_sk": True}), (3000, 2048, {"force_sk": True, "force_bn": 128}),
-    (777, 1024, {"force_bn": 64})])
+    (3000, 9216, {}), (512, 4096, {"stages": 4}), (1000, 1024, {"cta_group": 1}),
+    (1000, 1024, {"cta_group": 2}), (200, 2048, {"pair_n": True}),
+    (640, 9216, {"sk": True}), (3000, 2048, {"sk": True, "bn": 128}),
+    (777, 1024, {"bn": 64})])
 def test_gemm_only_tma_store(comm, M, N, K, force):
-    """The plain GEMM's output by TMA tensor stores (``force_tma_store``): against the
+    """The plain GEMM's output by TMA tensor stores (``Tuning.tma_store``): against the
     float64 product, over a freed NaN block (rows past M are the TMA's to clip), and bitwise
     equal to the communication threads' stores of the same accumulators."""
     op = get_op(comm, N, False)
     dev = torch.device("cuda", torch.cuda.current_device())
-    for i in range(2):
-        x, w = rank_inputs(M + K + N + i, op.rank, M, op.N, K, dev)
-        check_gemm_only_bitwise(op, x, w, {"force_tma_store": True, **force},
-                                {"force_tma_store": False, **force})
+    with knobs(op, tma_store=True, **force) as tma, knobs(op, tma_store=False, **force) as plain:
+        for i in range(2):
+            x, w = rank_inputs(M + K + N + i, op.rank, M, op.N, K, dev)
+            check_gemm_only_bitwise(tma, plain, x, w)
 
 
-def check_gemm_only_bitwise(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor, forced: dict,
-                            baseline: dict) -> None:
-    """``gemm_only`` with the ``forced`` knobs: into a freed NaN block of the output's size
-    (the caching allocator hands it to y, so nothing is left unwritten), against the float64
-    product, and bitwise equal to the result with the ``baseline`` knobs."""
+def check_gemm_only_bitwise(op: GemmRsAr, baseline: GemmRsAr, x: torch.Tensor,
+                            w: torch.Tensor) -> None:
+    """``op.gemm_only`` (an op retuned to what is tested): into a freed NaN block of the
+    output's size (the caching allocator hands it to y, so nothing is left unwritten),
+    against the float64 product, and bitwise equal to ``baseline.gemm_only`` (the same
+    plan without it)."""
     M, N = x.shape[0], op.N
     poison = torch.full((M, N), float("nan"), dtype=op.dtype, device=x.device)
     del poison
-    with knobs(op, **forced):
-        y = op.gemm_only(x, w)
-    with knobs(op, **baseline):
-        y0 = op.gemm_only(x, w)
+    y = op.gemm_only(x, w)
+    y0 = baseline.gemm_only(x, w)
     torch.cuda.synchronize()
     assert not torch.isnan(y).any()
     assert rel_error(y, x.double() @ w.double().t()) < TOL
@@ -574,17 +498,14 @@ def test_back_to_back_random_M_bitwise(comm, order, ar):
     between them); now and then a recomputation must match bitwise."""
     if ar and order != "default":
         pytest.skip("the forced orders run RS only")
-    op = get_op(comm, 384, ar)
-    op.force_peers_first, op.force_bn, op.force_band = {
+    peers_first, bn, band = {
         "default": (None, None, None), "round": (False, None, None), "pf": (True, None, None),
         "pf64": (True, 64, None), "rowmajor": (None, None, 0), "band3": (None, None, 3),
         "pn64": (None, 64, None), "pnpf64": (True, 64, None)}[order]
-    op.force_pair_n = order.startswith("pn")  # pairs along N (384 = 6 tiles of 64)
-    try:
+    pair_n = order.startswith("pn")  # pairs along N (384 = 6 tiles of 64)
+    with knobs(get_op(comm, 384, ar), peers_first=peers_first, bn=bn, band=band,
+               pair_n=pair_n) as op:
         checks = random_m_calls(op, 2000, 256, seed=1234, low=1, p_check=0.01)
-    finally:
-        op.force_peers_first = op.force_bn = op.force_band = None
-        op.force_pair_n = False
     assert checks > 5
 
 
@@ -640,33 +561,32 @@ def test_cuda_graph_replay(comm, pdl):
         x, w = rank_inputs(999, op.rank, M, op.N, K, dev)
         xs[i].copy_(x)
         ws[i].copy_(w)
-    op.force_pdl = pdl
-    try:
+    # PDL is on by default (sm90): ``op`` itself then, else an op retuned without it, kept
+    # open while the graph replays its launches
+    with knobs(op, pdl=pdl) as captured:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for i in range(3):  # warm-up compiles outside the capture
-                op(xs[i], ws[i])
+                captured(xs[i], ws[i])
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         comm.Barrier()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            ys = [op(xs[i], ws[i]) for i in range(3)]
-    finally:
-        op.force_pdl = None
-    for rep in range(200):
-        for i, (M, K) in enumerate(shapes):
-            x, w = rank_inputs(rep * 3 + i, op.rank, M, op.N, K, dev)
-            xs[i].copy_(x)
-            ws[i].copy_(w)
-        g.replay()
-        torch.cuda.synchronize()
-        op.check()
-        for i, (M, K) in enumerate(shapes):
-            ref = reference_sum(rep * 3 + i, op.world, M, op.N, K, dev)
-            err = rel_error(ys[i], ref)
-            assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
+            ys = [captured(xs[i], ws[i]) for i in range(3)]
+        for rep in range(200):
+            for i, (M, K) in enumerate(shapes):
+                x, w = rank_inputs(rep * 3 + i, op.rank, M, op.N, K, dev)
+                xs[i].copy_(x)
+                ws[i].copy_(w)
+            g.replay()
+            torch.cuda.synchronize()
+            captured.check()
+            for i, (M, K) in enumerate(shapes):
+                ref = reference_sum(rep * 3 + i, op.world, M, op.N, K, dev)
+                err = rel_error(ys[i], ref)
+                assert err < TOL, f"replay {rep} call {i}: rel error {err:.3g}"
 
 
 def test_rs_and_ar_interleaved(comm):
@@ -769,20 +689,16 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
     """A trace variant computes the same result, and each CTA's events follow the protocol:
     start, first k-tile, accumulators, ring, stamps, exit."""
     from launch import trace
-    op = get_op(comm, 7168, ar)
-    op.trace = True
-    try:
+    with knobs(get_op(comm, 7168, ar), trace=True) as op:
         check(op, 900 + M, M, 1024)
         op.clear_trace()
         comm.Barrier()
         check(op, 901 + M, M, 1024)
         ev = op.read_trace(M, 1024)
-    finally:
-        op.trace = False
+        plan = op.plan(M, 1024)
     chains = (["start", "peers_done", "first_sub", "first_tile_sent", "first_fenced",
                "first_stamped", "exit_barrier", "exit"],     # communication warps
               ["mma_first_k", "mma_acc_done", "first_sub"])  # MMA warps, then the hand-over
-    plan = op.plan(M, 1024)
     worked = [c for c, t in enumerate(ev["mma_acc_done"]) if t is not None]
     assert worked, "no CTA recorded a tile"
     for c in worked:
@@ -811,9 +727,9 @@ def test_traced_launch_is_correct_and_its_events_in_order(comm, M, ar):
 @pytest.mark.parametrize("K", [64, 4096])
 @pytest.mark.parametrize("M", [1, 129, 300, 576, 1000, 2000])
 def test_flat_peers_first_correct(comm, M, K, ar):
-    """The peers-first order as one flat sequence over every list (``force_flat``): fresh
+    """The peers-first order as one flat sequence over every list (``Tuning.flat``): fresh
     inputs, NaN-poisoned output, against the float64 reference."""
-    with knobs(get_op(comm, 7168, ar), force_flat=True) as op:
+    with knobs(get_op(comm, 7168, ar), flat=True) as op:
         check(op, seed=M * 17 + K + int(ar), M=M, K=K)
 
 
@@ -834,19 +750,17 @@ def test_flat_peers_first_by_default(comm, M, N, K, ar):
 @pytest.mark.parametrize("M,K", [(300, 4096), (576, 4096), (576, 9216), (700, 1024),
                                  (1152, 2048), (1000, 64), (2000, 4160)])
 def test_split_k_tail_correct(comm, M, N, K, ar):
-    """The flat order with the split-K tail (``force_sk``): pieces of the last round's units
-    stored and added across lanes; fresh inputs, NaN-poisoned output, float64 reference;
-    then the plain plan on the same op is still right (flags cleared for the next launch)."""
+    """The flat order with the split-K tail (``Tuning.sk``): pieces of the last round's
+    units stored and added across lanes; fresh inputs, NaN-poisoned output, float64
+    reference; then the plain plan on the untuned op, on the same workspace, is still right
+    (flags cleared for the next launch)."""
     op = get_op(comm, N, ar)
-    op.force_flat, op.force_sk = True, True
-    try:
-        plan = op.plan(M, K)
+    with knobs(op, flat=True, sk=True) as split:
+        plan = split.plan(M, K)
         pieces = sk_pieces(plan.chunk, plan.num_units, -(-K // 64))
         assert plan.sk == (pieces if pieces >= 2 else 0)
         for i in range(3):
-            check(op, seed=M * 7 + K + N + int(ar) + i, M=M, K=K)
-    finally:
-        op.force_flat, op.force_sk = None, None
+            check(split, seed=M * 7 + K + N + int(ar) + i, M=M, K=K)
     check(op, seed=M + K, M=M, K=K)
 
 
@@ -855,9 +769,7 @@ def test_split_k_tail_correct(comm, M, N, K, ar):
                                     (3000, 2048, 256), (300, 1024, 128), (1000, 4096, 128)])
 def test_split_k_tail_gemm_only(comm, M, K, bn):
     """gemm_only with the split-K tail against the float64 product of the same inputs."""
-    op = get_op(comm, 7168, False)
-    op.force_sk, op.force_bn = True, bn
-    try:
+    with knobs(get_op(comm, 7168, False), sk=True, bn=bn) as op:
         assert op.plan(M, K, "gemm").sk
         dev = torch.device("cuda", torch.cuda.current_device())
         for i in range(2):
@@ -866,8 +778,6 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-2, err
-    finally:
-        op.force_sk, op.force_bn = None, None
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split-row", "whole-rows"])
@@ -876,28 +786,21 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
                                  (2900, 4096), (3000, 1024)])
 def test_rs_lists_split_a_shared_row(comm, M, N, K, split):
     """RS round orders whose owners share a tile row: that row split between the two lists
-    (``force_split_row``) or kept whole; fresh inputs, NaN-poisoned output, float64
+    (``Tuning.split_row``) or kept whole; fresh inputs, NaN-poisoned output, float64
     reference, three calls."""
-    op = get_op(comm, N, False)
-    op.force_split_row, op.force_cta_group, op.force_peers_first = split, 1, False
-    try:
+    with knobs(get_op(comm, N, False), split_row=split, cta_group=1, peers_first=False) as op:
         plan = op.plan(M, K)
         assert plan.split_row == (split and plan.bn >= 224), plan
         for i in range(3):
             check(op, seed=M * 3 + K + N + i, M=M, K=K)
-    finally:
-        op.force_split_row, op.force_cta_group, op.force_peers_first = None, None, None
 
 
 def test_rs_split_rows_random_M_bitwise(comm):
     """300 queued RS calls of random M at N=7168 in the 1-CTA round order with shared rows
     split between lists wherever M leaves one, now and then recomputed bitwise."""
-    op = get_op(comm, 7168, False)
-    op.force_cta_group, op.force_peers_first, op.force_split_row = 1, False, True
-    try:
+    with knobs(get_op(comm, 7168, False), cta_group=1, peers_first=False,
+               split_row=True) as op:
         checks = random_m_calls(op, 300, 512, seed=99, low=129, p_check=0.05)
-    finally:
-        op.force_cta_group, op.force_peers_first, op.force_split_row = None, None, None
     assert checks > 3
 
 
@@ -905,9 +808,9 @@ def test_rs_split_rows_random_M_bitwise(comm):
 @pytest.mark.parametrize("K", [64, 1024, 4096])
 @pytest.mark.parametrize("M", [1, 129, 1000, 4096])
 def test_lean_exit_correct(comm, M, K, ar):
-    """The exit without system fences (``force_lean_exit``): peers learn a launch is over
+    """The exit without system fences (``Tuning.lean_exit``): peers learn a launch is over
     from the next one's start stamp, against the float64 reference."""
-    with knobs(get_op(comm, 7168, ar), force_lean_exit=True) as op:
+    with knobs(get_op(comm, 7168, ar), lean_exit=True) as op:
         check(op, seed=M * 13 + K + int(ar), M=M, K=K)
 
 
@@ -915,7 +818,7 @@ def test_lean_exit_correct(comm, M, K, ar):
 def test_lean_exit_random_M_bitwise(comm, ar):
     """2000 queued lean-exit calls of random M, no host sync between them (every stamp word
     rewritten launch after launch with no fence at exit): recomputations match bitwise."""
-    with knobs(get_op(comm, 384, ar), force_lean_exit=True) as op:
+    with knobs(get_op(comm, 384, ar), lean_exit=True) as op:
         assert random_m_calls(op, 2000, 256, seed=4321, low=1, p_check=0.01) > 5
 
 
@@ -927,19 +830,18 @@ def test_lean_and_fenced_exits_interleaved(comm):
     dev = torch.device("cuda", torch.cuda.current_device())
     rng = random.Random(77)
     outs = []
-    try:
+    with contextlib.ExitStack() as stack:
+        # each op retuned to either exit, on its workspace; the op itself runs its default
+        exits = {op: {lean: stack.enter_context(knobs(op, lean_exit=lean))
+                      for lean in (False, True)} for op in (rs, ar)}
         for step in range(150):
             op = (rs, ar)[step % 2]
             M = rng.randint(1, 2048)
             x, w = rank_inputs(700 + step, op.rank, M, op.N, 256, dev)
-            op.force_lean_exit = rng.random() < 0.5
-            a = op(x, w)
-            op.force_lean_exit = None
+            a = exits[op][rng.random() < 0.5](x, w)
             outs.append((step, M, a, op(x, w)))
         torch.cuda.synchronize()
         rs.check()
         ar.check()
-    finally:
-        rs.force_lean_exit = ar.force_lean_exit = None
     for step, M, a, b in outs:
         assert torch.equal(a, b), f"step {step} M={M}: lean and fenced exits differ"

@@ -10,7 +10,7 @@ import torch
 
 from gpu_ops import get_op
 from rsar_core.reference import rank_inputs, rel_error
-from test_fused_gpu import TOL, check, knobs
+from test_fused_gpu import TOL, check, knobs, op_push
 
 # 2880: a model family's hidden size (15 x 192, 18 x 160: whole at those widths, partial at
 # the others); 1000: not a multiple of 32, so the last sub-tile is partial too; 200: narrower
@@ -43,23 +43,23 @@ def test_default_plans(comm, M, N, K, ar):
         _gemm_ok(op, M + K + N, M, K)
 
 
+# name -> (Tuning fields, push: None the op's default)
 FORCED = {
-    "c1lsu": ({"force_cta_group": 1}, "lsu"),
-    "c2lsu": ({"force_cta_group": 2}, "lsu"),
-    "c1tma": ({"force_cta_group": 1}, "tma"),
-    "c2tma": ({"force_cta_group": 2}, "tma"),
-    "c1tmaall": ({"force_cta_group": 1}, "tma_all"),
-    "rot": ({"force_cta_group": 1, "force_rotate": True}, "tma"),
-    "pf160": ({"force_cta_group": 1, "force_peers_first": True, "force_bn": 160}, "tma_all"),
-    "pflsu192": ({"force_cta_group": 1, "force_peers_first": True, "force_bn": 192}, "lsu"),
-    "c1bn192": ({"force_cta_group": 1, "force_bn": 192}, "tma"),
-    "c2bn160": ({"force_cta_group": 2, "force_bn": 160}, "tma"),
-    "c1bn256": ({"force_cta_group": 1, "force_bn": 256}, "tma_all"),
-    "c2bn224lsu": ({"force_cta_group": 2, "force_bn": 224}, "lsu"),
-    "flatsk": ({"force_peers_first": True, "force_flat": True, "force_sk": True}, None),
-    "pairn": ({"force_pair_n": True}, None),
-    "pushall": ({"force_push_all": True}, None),
-    "pushctas": ({"force_push_ctas": 8}, None),
+    "c1lsu": ({"cta_group": 1}, "lsu"),
+    "c2lsu": ({"cta_group": 2}, "lsu"),
+    "c1tma": ({"cta_group": 1}, "tma"),
+    "c2tma": ({"cta_group": 2}, "tma"),
+    "c1tmaall": ({"cta_group": 1}, "tma_all"),
+    "pf160": ({"cta_group": 1, "peers_first": True, "bn": 160}, "tma_all"),
+    "pflsu192": ({"cta_group": 1, "peers_first": True, "bn": 192}, "lsu"),
+    "c1bn192": ({"cta_group": 1, "bn": 192}, "tma"),
+    "c2bn160": ({"cta_group": 2, "bn": 160}, "tma"),
+    "c1bn256": ({"cta_group": 1, "bn": 256}, "tma_all"),
+    "c2bn224lsu": ({"cta_group": 2, "bn": 224}, "lsu"),
+    "flatsk": ({"peers_first": True, "flat": True, "sk": True}, None),
+    "pairn": ({"pair_n": True}, None),
+    "pushall": ({"push_all": True}, None),
+    "pushctas": ({"push_ctas": 8}, None),
 }
 
 
@@ -74,13 +74,13 @@ def test_forced_plans(comm, M, N, K, ar, name):
     op = get_op(comm, N, ar)
     if name == "pushall" and (not ar or comm.Get_size() != 2 or M > 1024):
         pytest.skip("push-all plans are world-2 AR plans up to M=1024")
-    if name == "pushctas" and (ar or op.transport != "unicast" or op.push == "lsu"):
+    if name == "pushctas" and (ar or op.transport != "unicast" or op_push(op) == "lsu"):
         pytest.skip("push CTAs are an RS plan over unicast with bulk-copy pushes")
-    with knobs(op, push=push or op.push, **force):
-        p = op.plan(M, K)
-        if "force_bn" in force:
-            assert p.bn == force["force_bn"]
-        check(op, seed=M * 5 + K * 11 + N + len(name), M=M, K=K)
+    with knobs(op, push=push, **force) as tuned:
+        p = tuned.plan(M, K)
+        if "bn" in force:
+            assert p.bn == force["bn"]
+        check(tuned, seed=M * 5 + K * 11 + N + len(name), M=M, K=K)
 
 
 @pytest.mark.parametrize("N", [2880, 1000])

@@ -1,4 +1,4 @@
-"""Ping-pong MMA warp groups (``force_pingpong``, ``launch.pingpong``): whole tiles per warp
+"""Ping-pong MMA warp groups (``Tuning.pingpong``, ``launch.pingpong``): whole tiles per warp
 group, taken by turns. The same wgmmas in the same order as the cooperative kernel's at the
 same width, so every result must equal the cooperative one bit for bit, besides matching
 the float64 reference.
@@ -30,13 +30,14 @@ def test_gemm_only_pingpong(comm, M, N, K, bn, cta_group):
     idle), odd and even round counts, a partial last tile row and column."""
     op = get_op(comm, N, False)
     x, w = rank_inputs(M * 3 + K + N + bn, op.rank, M, op.N, K, _dev())
-    force = {"force_bn": bn, "force_cta_group": cta_group}
-    check_gemm_only_bitwise(op, x, w, {"force_pingpong": True, **force}, force)
+    force = {"bn": bn, "cta_group": cta_group}
+    with knobs(op, pingpong=True, **force) as pingpong, knobs(op, **force) as cooperative:
+        check_gemm_only_bitwise(pingpong, cooperative, x, w)
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("force", [{}, {"force_cta_group": 2}, {"force_peers_first": True},
-                                   {"force_peers_first": True, "force_flat": True}],
+@pytest.mark.parametrize("force", [{}, {"cta_group": 2}, {"peers_first": True},
+                                   {"peers_first": True, "flat": True}],
                          ids=["c1", "c2", "pf", "flat"])
 @pytest.mark.parametrize("M,K", [(1, 64), (300, 1024), (1000, 4096), (2048, 1024)])
 @pytest.mark.parametrize("bn", [128, 160])
@@ -45,13 +46,13 @@ def test_fused_pingpong(comm, M, K, force, ar, bn):
     at N=7168 a partial last tile column): against the float64 sum, then bitwise against
     the cooperative kernel on the same plan."""
     op = get_op(comm, 7168, ar)
-    force = {"force_bn": bn, "force_cta_group": 1, **force}
-    with knobs(op, force_pingpong=True, **force):
-        check(op, seed=M + K + int(ar), M=M, K=K)
+    force = {"bn": bn, "cta_group": 1, **force}
+    with knobs(op, pingpong=True, **force) as pingpong:
+        check(pingpong, seed=M + K + int(ar), M=M, K=K)
         x, w = rank_inputs(M * 5 + K, op.rank, M, op.N, K, _dev())
-        y = op(x, w)
-    with knobs(op, **force):
-        y0 = op(x, w)
+        y = pingpong(x, w)
+    with knobs(op, **force) as cooperative:
+        y0 = cooperative(x, w)
     torch.cuda.synchronize()
     assert torch.equal(y, y0)
 
@@ -61,9 +62,9 @@ def test_pingpong_refuses_wide_tiles_before_launch(comm):
     and the op's next call runs."""
     op = get_op(comm, 7168, False)
     x, w = rank_inputs(11, op.rank, 4096, op.N, 1024, _dev())
-    with knobs(op, force_pingpong=True, force_bn=256):
+    with knobs(op, pingpong=True, bn=256) as wide:
         with pytest.raises(RsarValueError, match="at most 192"):
-            op.gemm_only(x, w)
+            wide.gemm_only(x, w)
         with pytest.raises(RsarValueError, match="at most 160"):
-            op(x, w)
+            wide(x, w)
     check(op, seed=12, M=4096, K=1024)
