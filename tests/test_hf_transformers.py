@@ -176,6 +176,26 @@ def test_bad_path_is_refused():
         shard_model(torch.nn.Linear(4, 4), None, path="sometimes")
 
 
+def test_compare_greedy_tells_a_model_from_another():
+    from hf_models import prompt, tiny_model
+    from rsar_core.integrations.transformers import compare_greedy
+    ref = tiny_model("qwen3")
+    same = compare_greedy(copy.deepcopy(ref), ref, prompt(), NEW_TOKENS)
+    assert same.ok and same.free_agree == same.forced_agree == NEW_TOKENS
+    other = compare_greedy(tiny_model("qwen3", seed=5), ref, prompt(), NEW_TOKENS)
+    assert not other.ok and other.decisive_misses > 0 and "decisive misses" in str(other)
+
+
+def test_hf_generate_without_cuda_says_so():
+    import subprocess
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "scripts" / "hf_generate.py"
+    r = subprocess.run([sys.executable, str(script), "--model", "tiny-llama4"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode != 0 and "needs CUDA GPUs" in r.stderr
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     from dist_workers import worker_main

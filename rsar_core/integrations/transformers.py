@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +46,8 @@ from torch import nn
 from ..errors import RsarTypeError, RsarValueError, UnsupportedError
 from ..linear import PATHS, AutoRowParallelLinear, Collective
 
-__all__ = ["shard_model", "RsarTensorParallel", "SUPPORTED_STYLES", "TINY_KINDS", "tiny_config"]
+__all__ = ["shard_model", "RsarTensorParallel", "SUPPORTED_STYLES", "TINY_KINDS", "tiny_config",
+           "GreedyComparison", "compare_greedy"]
 
 log = logging.getLogger("rsar")
 
@@ -341,6 +343,65 @@ def _shard_experts(base: nn.Module, name: str, experts: nn.Module, plan: dict[st
 
     experts.register_forward_hook(_all_reduce)
     tp.experts.append(name)
+
+
+# ---------------------------------------------------------------- checking a sharded model
+@dataclass(frozen=True)
+class GreedyComparison:
+    """Greedy decoding of a (sharded) model against a reference, per ``compare_greedy``.
+
+    ``free_agree``: the fewest generated positions, over the batch, where the two models'
+    own greedy generations hold the same token. One near-tie that rounding breaks the other
+    way sends the rest of a sequence down another path, so this is exact only between models
+    that round alike. ``forced_agree``: the fewest positions where the model's greedy pick,
+    given the reference's generated prefix, is the reference's token (a broken tie costs one
+    position). ``near_ties``: the most positions in a sequence where the reference's top-2
+    logits lie within ``tie``; ``decisive_misses``: forced picks that differ where they do
+    not, over the batch. ``ok``: no decisive miss."""
+
+    new_tokens: int
+    free_agree: int
+    forced_agree: int
+    near_ties: int
+    decisive_misses: int
+    tie: float
+
+    @property
+    def ok(self) -> bool:
+        return self.decisive_misses == 0
+
+    def __str__(self) -> str:
+        return (f"greedy: {self.free_agree} of {self.new_tokens} free-running, "
+                f"{self.forced_agree} on the reference's prefix ({self.near_ties} near ties "
+                f"within {self.tie:.3g}, {self.decisive_misses} decisive misses)")
+
+
+def compare_greedy(model: nn.Module, reference: nn.Module, ids: torch.Tensor,
+                   new_tokens: int = 32, tie_rel: float = 0.02,
+                   **generate_kw: Any) -> GreedyComparison:
+    """Generate ``new_tokens`` greedily with both models from ``ids`` and compare
+    (``GreedyComparison``). A near tie is a reference top-2 margin within ``tie_rel`` of the
+    reference's largest logit: tensor parallelism rounds each rank's partial sum, so where
+    a random-init model's top two logits sit closer than that, which one wins is rounding's
+    choice, for any TP implementation. Collective where ``model`` is sharded."""
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+              **generate_kw)
+    p = ids.shape[1]
+    with torch.no_grad():
+        want = reference.generate(ids, **kw)
+        got = model.generate(ids, **kw)
+        ref_logits = reference(want).logits[:, p - 1:-1].float()
+        picks = model(want).logits[:, p - 1:-1].argmax(-1)
+    target = want[:, p:]
+    top2 = ref_logits.topk(2, dim=-1).values
+    tie = tie_rel * float(ref_logits.abs().max())
+    tied = (top2[..., 0] - top2[..., 1]) <= tie
+    same = picks == target
+    return GreedyComparison(new_tokens=new_tokens,
+                            free_agree=int((got[:, p:] == target).sum(dim=1).min()),
+                            forced_agree=int(same.sum(dim=1).min()),
+                            near_ties=int(tied.sum(dim=1).max()),
+                            decisive_misses=int((~same & ~tied).sum()), tie=tie)
 
 
 # ---------------------------------------------------------------- tiny models for examples

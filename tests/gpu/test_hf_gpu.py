@@ -8,11 +8,15 @@ The ranks' torch.distributed group is gloo where they share one GPU (NCCL refuse
 on one device; rsar's set-up only exchanges bytes over the group), NCCL for CUDA tensors plus
 gloo for the CPU where each rank has its own GPU. Checks per model: logits against the
 unsharded bf16 model within bf16 tolerance (and no farther from the fp32 model than that
-one is), greedy generation of 32 tokens agreeing on at least 31, the fused path taken;
-generation with a static cache, eagerly and under transformers' own compile (CUDA graphs).
+one is), the fused path taken, greedy generation of 32 tokens agreeing on at least 31 with
+the same sharding's unfused path and, on the unsharded model's own prefix, everywhere but at
+near ties (``compare_greedy``: a random-init model's top two logits often sit closer than
+TP's rounding, so free-running tokens part from the unsharded model's for any TP, the
+unfused path's too); generation with a static cache, eagerly and under transformers' own
+compile (CUDA graphs).
 With 2 GPUs also: transformers' own TP (tp_plan="auto") as a second reference, and the
 unfused path over NCCL. Checks are gathered on every rank before asserting, so a failed
-check never leaves a peer waiting in a collective.
+check never leaves a peer waiting in a collective. The LM heads run in fp32 (``fp32_head``).
 """
 from __future__ import annotations
 
@@ -76,10 +80,10 @@ def _finish(comm, errors: list[str], *tps) -> None:
 
 
 def _models(kind: str):
-    from hf_models import tiny_model
+    from hf_models import fp32_head, tiny_model
     dev = f"cuda:{torch.cuda.current_device()}"
-    ref32 = tiny_model(kind, device=dev)
-    ref = copy.deepcopy(ref32).to(torch.bfloat16)
+    ref32 = fp32_head(tiny_model(kind, device=dev))
+    ref = fp32_head(tiny_model(kind, device=dev).to(torch.bfloat16))
     return ref32, ref, copy.deepcopy(ref)
 
 
@@ -92,12 +96,24 @@ def _agree(a: torch.Tensor, b: torch.Tensor, start: int) -> int:
     return int((a[:, start:] == b[:, start:]).sum(dim=1).min())
 
 
+# transformers 5.17's Llama4 static cache passes create_chunked_causal_mask an argument it
+# does not take (TypeError in transformers' own code; 5.25 runs it, tests/test_hf_transformers)
+_BROKEN_STATIC = "create_chunked_causal_mask"
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen3_moe", "llama4"])
 def test_logits_generation_fused(comm, group, kind):
+    """The fused model's logits against the unsharded bf16 model's; greedy generation of
+    NEW tokens against the same sharding on the unfused path (torch.mm + the group's
+    all-reduce: the same rounding, so free-running tokens must agree on NEW - 1) and against
+    the unsharded model on its own prefix (``compare_greedy``: every pick the same except at
+    near ties, where TP's rounding decides for any implementation)."""
     from hf_models import prompt
-    from rsar_core.integrations.transformers import shard_model
+    from rsar_core.integrations.transformers import compare_greedy, shard_model
     ref32, ref, model = _models(kind)
+    unfused = copy.deepcopy(ref)
     tp = shard_model(model, group, max_M=MAX_M, path="fused", timeout_s=TIMEOUT_S)
+    tp_unfused = shard_model(unfused, group, path="unfused")
     errors = []
     try:
         if not tp.ops or tp.workspace is None:
@@ -112,21 +128,30 @@ def test_logits_generation_fused(comm, group, kind):
             errors.append(f"logits vs fp32 {_rel(got, want32):.3g}, the bf16 model's {base:.3g}")
         if tp.fused_calls == 0:
             errors.append(f"the fused path was not taken ({tp.unfused_calls} unfused calls)")
+        same_tp = compare_greedy(model, unfused, ids, NEW)
+        if same_tp.free_agree < NEW - 1:
+            errors.append(f"vs the unfused path, {same_tp}")
+        vs_ref = compare_greedy(model, ref, ids, NEW)
+        if not vs_ref.ok or vs_ref.forced_agree < NEW - vs_ref.near_ties:
+            errors.append(f"vs the unsharded model, {vs_ref}")
+        print(f"\n{kind} rank {comm.Get_rank()}: vs unfused TP {same_tp}; vs unsharded {vs_ref}")
         kw = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
-        gen, gen_ref = model.generate(ids, **kw), ref.generate(ids, **kw)
-        agree = _agree(gen, gen_ref, ids.shape[1])
-        if agree < NEW - 1:
-            errors.append(f"greedy tokens agree on {agree} of {NEW}")
+        gen = model.generate(ids, **kw)
         fused = tp.fused_calls
-        gen_static = model.generate(ids, cache_implementation="static", disable_compile=True,
-                                    **kw)
-        if _agree(gen_static, gen_ref, ids.shape[1]) < NEW - 1:
-            errors.append("static-cache tokens disagree with the unsharded model's")
-        if tp.fused_calls <= fused:
-            errors.append("static-cache generation did not take the fused path")
+        try:
+            gen_static = model.generate(ids, cache_implementation="static",
+                                        disable_compile=True, **kw)
+        except TypeError as e:
+            if not (kind == "llama4" and _BROKEN_STATIC in str(e)):
+                raise
+        else:
+            if _agree(gen_static, gen, ids.shape[1]) < NEW - 1:
+                errors.append("static-cache tokens disagree with the dynamic cache's")
+            if tp.fused_calls <= fused:
+                errors.append("static-cache generation did not take the fused path")
     except Exception as e:  # noqa: BLE001  (gathered: the peer must not wait forever)
         errors.append(f"{type(e).__name__}: {e}")
-    _finish(comm, errors, tp)
+    _finish(comm, errors, tp, tp_unfused)
 
 
 def test_auto_path_runs(comm, group):
@@ -151,7 +176,8 @@ def test_auto_path_runs(comm, group):
 
 def test_static_cache_compiled(comm, group):
     """transformers compiles the decoding step for a static cache (CUDA graphs where its
-    compile config asks for them); the fused op runs inside the captured graph."""
+    compile config asks for them); the fused op runs inside the captured graph and gives the
+    eager dynamic-cache generation's tokens."""
     from hf_models import prompt
     from rsar_core.integrations.transformers import shard_model
     _, ref, model = _models("qwen3")
@@ -160,9 +186,9 @@ def test_static_cache_compiled(comm, group):
     try:
         ids = prompt(batch=1, length=16, device=f"cuda:{torch.cuda.current_device()}")
         kw = dict(max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
-        gen_ref = ref.generate(ids, **kw)
+        eager = model.generate(ids, **kw)
         gen = model.generate(ids, cache_implementation="static", **kw)
-        agree = _agree(gen, gen_ref, ids.shape[1])
+        agree = _agree(gen, eager, ids.shape[1])
         if agree < NEW - 1:
             errors.append(f"compiled static-cache tokens agree on {agree} of {NEW}")
         if tp.fused_calls == 0:
