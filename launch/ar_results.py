@@ -91,22 +91,22 @@ class ArResults:
         base = ws + out_off + Int64(j_tile) * Int64(self.tile_bytes)
         ahead = None
         if cutlass.const_expr(self._prefetching()):
-            ahead = self._sub_loads(ctid, 0, base, tm * Int32(BM), tn, True)
+            ahead = self._sub_loads(ctid, 0, base, tm * Int32(self.bm), tn, True)
         for e in cutlass.range_constexpr(self.num_sub):
             vals = []
             geo = []
             if cutlass.const_expr(self._prefetching()):
                 vals = ahead
                 if cutlass.const_expr(e + 1 < self.num_sub):
-                    ahead = self._sub_loads(ctid, e + 1, base, tm * Int32(BM), tn, True)
-            for j in cutlass.range_constexpr(CHUNK_ITERS):
-                c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, tm * Int32(BM), tn)
+                    ahead = self._sub_loads(ctid, e + 1, base, tm * Int32(self.bm), tn, True)
+            for j in cutlass.range_constexpr(self.chunk_iters):
+                c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, tm * Int32(self.bm), tn)
                 geo.append((c, grow, col))
                 if cutlass.const_expr(not self._prefetching()):
-                    vals.append(self._ld_if(c < Int32(SUB_CHUNKS), base + sub_off, False))
-            for j in cutlass.range_constexpr(CHUNK_ITERS):
+                    vals.append(self._ld_if(c < Int32(self.sub_chunks), base + sub_off, False))
+            for j in cutlass.range_constexpr(self.chunk_iters):
                 c, grow, col = geo[j]
-                if (c < Int32(SUB_CHUNKS)) & (grow < M) & (col < N):
+                if (c < Int32(self.sub_chunks)) & (grow < M) & (col < N):
                     v = vals[j]
                     ptx.st_v4(out_addr + (Int64(grow) * Int64(N) + Int64(col)) * Int64(2),
                               v[0], v[1], v[2], v[3])

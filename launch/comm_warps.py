@@ -129,10 +129,37 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         return (self.tma_push and self.comm and not self.multicast
                 and self.epi_slots >= self.num_sub)
 
+    bm = BM  # rows of a tile
+    epi_n = EPI_N  # columns of a sub-tile: 32, or 16 for widths 16 past a multiple of 32
+
+    @property
+    def swizzled(self) -> bool:
+        return self.tma_push or self.epi_n != EPI_N
+
+    @property
+    def sub_bytes(self) -> int:
+        return self.bm * self.epi_n * 2
+
+    @property
+    def sub_chunks(self) -> int:
+        return self.sub_bytes // 16
+
+    @property
+    def chunk_iters(self) -> int:
+        return -(-self.sub_chunks // COMM_THREADS)
+
+    @property
+    def row_bytes(self) -> int:
+        return self.epi_n * 2
+
+    @property
+    def row_chunks(self) -> int:
+        return self.epi_n // 8
+
     @property
     def epi_pitch(self) -> int:
         """Row pitch of the sub-tile ring, in elements."""
-        return EPI_N if self.tma_push else EPI_PITCH
+        return self.epi_n if self.swizzled else EPI_PITCH
 
     @cute.jit
     def _mark(self, ws, cta, event: cutlass.Constexpr, pred=True):
@@ -154,9 +181,9 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         o_lo = rank
         o_hi = rank
         if cutlass.const_expr(self.mode == "rs"):
-            m0 = tm * Int32(BM)
+            m0 = tm * Int32(self.bm)
             o_lo = m0 // local_M
-            o_hi = (cutlass.min(m0 + Int32(BM), padded_M) - Int32(1)) // local_M
+            o_hi = (cutlass.min(m0 + Int32(self.bm), padded_M) - Int32(1)) // local_M
             if (o_lo != rank) | (o_hi != rank):
                 cls = Int32(_FOREIGN)
                 if (o_lo <= rank) & (rank <= o_hi):
@@ -183,7 +210,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         if cutlass.const_expr(self.push_all):
             s = t
         elif cutlass.const_expr(self.mode == "rs"):
-            s = (tm - (owner * local_M) // Int32(BM)) * tiles_n + tn
+            s = (tm - (owner * local_M) // Int32(self.bm)) * tiles_n + tn
         else:
             s = t - (owner * num_tiles + Int32(self.world - 1)) // Int32(self.world)
         return s
@@ -221,7 +248,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
                 first = (ctid == 0) & (tiles_done == Int32(0))
                 tm = t // tiles_n
                 tn = t - tm * tiles_n
-                m0 = tm * Int32(BM)
+                m0 = tm * Int32(self.bm)
                 cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
                 own_slot = self._slot(rank, t, tm, tn, tiles_n, local_M, num_tiles)
                 # direct: sum straight from the sub-tile ring (a tile only this rank owns, unicast)
@@ -251,7 +278,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
                     if cutlass.const_expr(e == 0):
                         self._mark(ws, cta, trace.FIRST_SUB, first)
                         self._mark(ws, cta, trace.LAST_SUB, ctid == 0)
-                    slot_smem = smem_base + epi_state.index * Int32(BM * self.epi_pitch * 2)
+                    slot_smem = smem_base + epi_state.index * Int32(self.bm * self.epi_pitch * 2)
                     if cutlass.const_expr(self.comm and not self.multicast):
                         if direct:
                             self._reduce_sub(ctid, e, slot_smem, own_slot_addr, region_bytes, m0, tn,
@@ -352,7 +379,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
                     tn = t - tm * tiles_n
                     cls, o_lo, o_hi = self._tile_class(t, tm, rank, local_M, padded_M, num_tiles)
                     if cls == Int32(_MIXED):
-                        self._deferred_reduce(ctid, t, tm, tn, tm * Int32(BM), tiles_n, num_tiles, ws,
+                        self._deferred_reduce(ctid, t, tm, tn, tm * Int32(self.bm), tiles_n, num_tiles, ws,
                                               peer_tab, mc_base, out_addr, M, N, rank, local_M,
                                               padded_M, arrive_off, result_off, recv_off,
                                               region_bytes, part_off, out_off, stamp, epoch,
@@ -377,13 +404,15 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
     @cute.jit
     def _chunk_geom(self, ctid, j: cutlass.Constexpr, e: cutlass.Constexpr, m0, tn):
         c = ctid + Int32(j * COMM_THREADS)
-        row = c // Int32(4)
-        cc = c - row * Int32(4)
+        row = c // Int32(self.row_chunks)
+        cc = c - row * Int32(self.row_chunks)
         pc = cc  # where chunk cc of the row sits in smem and in every partial buffer
-        if cutlass.const_expr(self.tma_push):
+        if cutlass.const_expr(self.swizzled and self.epi_n == EPI_N):
             pc = cc ^ ((row >> Int32(1)) & Int32(3))
-        sub_off = Int64(e * SUB_BYTES) + Int64(row * Int32(64) + pc * Int32(16))
-        col = tn * Int32(self.bn) + Int32(e * EPI_N) + cc * Int32(8)
+        elif cutlass.const_expr(self.swizzled):
+            pc = cc ^ ((row >> Int32(2)) & Int32(1))
+        sub_off = Int64(e * self.sub_bytes) + Int64(row * Int32(self.row_bytes) + pc * Int32(16))
+        col = tn * Int32(self.bn) + Int32(e * self.epi_n) + cc * Int32(8)
         smem_off = row * Int32(self.epi_pitch * 2) + pc * Int32(16)
         return c, m0 + row, sub_off, col, smem_off
 
@@ -393,15 +422,15 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         last tile column (``launch.plan.PARTIAL_NS``) has sub-tiles that do not. Columns past
         N hold the product of w's zero fill; they travel in the workspace with their tile
         and are never stored to the output."""
-        return tn * Int32(self.bn) + Int32((e + 1) * EPI_N) <= N
+        return tn * Int32(self.bn) + Int32((e + 1) * self.epi_n) <= N
 
     @cute.jit
     def _copy_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tn, m0, rows_end, ws, part_off,
                   out_addr, N):
         """Plain GEMM: the sub-tile to the output; multicast: to this rank's partial buffer."""
-        for j in cutlass.range_constexpr(CHUNK_ITERS):
+        for j in cutlass.range_constexpr(self.chunk_iters):
             c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-            keep = (c < Int32(SUB_CHUNKS)) & (grow < rows_end)
+            keep = (c < Int32(self.sub_chunks)) & (grow < rows_end)
             if cutlass.const_expr(not self.comm):
                 keep = keep & (col < N)
             if keep:
@@ -415,9 +444,9 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
     def _push_sub(self, ctid, e: cutlass.Constexpr, slot_smem, t, tm, tn, m0, rows_end, owner, rank,
                   local_M, tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr):
         """Rows a peer owns go to its receive slot; own rows of a shared tile are parked."""
-        for j in cutlass.range_constexpr(CHUNK_ITERS):
+        for j in cutlass.range_constexpr(self.chunk_iters):
             c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-            if (c < Int32(SUB_CHUNKS)) & (grow < rows_end):
+            if (c < Int32(self.sub_chunks)) & (grow < rows_end):
                 v0, v1, v2, v3 = ptx.ld_shared_v4(slot_smem + smem_off)
                 dest = owner
                 if cutlass.const_expr(self.mode == "rs"):
@@ -436,7 +465,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         """``_push_sub`` as bulk copies: one per owner's row range of the sub-tile, issued
         by one thread, which also holds the slot until the copies have read it."""
         if ctid == 0:
-            rows = cutlass.min(Int32(BM), rows_end - m0)
+            rows = cutlass.min(Int32(self.bm), rows_end - m0)
             if cutlass.const_expr(self.mode == "rs"):
                 o_first = m0 // local_M
                 o_last = (m0 + rows - Int32(1)) // local_M
@@ -469,7 +498,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         """Rows [r0, r1) of sub-tile e to dest's receive slot (with push CTAs: staged at
         ``stage_addr`` for them), or parked when dest is this rank."""
         if r1 > r0:
-            sub_off = Int64(e * SUB_BYTES) + Int64(r0 * Int32(64))
+            sub_off = Int64(e * self.sub_bytes) + Int64(r0 * Int32(self.row_bytes))
             dst = park_addr + sub_off
             if dest != rank:
                 if cutlass.const_expr(self.push_ctas):
@@ -478,7 +507,7 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
                     dst = self._recv_slot_addr(dest, rank, t, tm, tn, tiles_n, local_M,
                                                num_tiles, peer_tab, recv_off,
                                                region_bytes) + sub_off
-            ptx.bulk_s2g(dst, slot_smem + r0 * Int32(64), (r1 - r0) * Int32(64))
+            ptx.bulk_s2g(dst, slot_smem + r0 * Int32(self.row_bytes), (r1 - r0) * Int32(self.row_bytes))
 
     @cute.jit
     def _recv_slot_addr(self, dest, rank, t, tm, tn, tiles_n, local_M, num_tiles, peer_tab,

@@ -34,26 +34,26 @@ class Fp8Scales:
         column's scale: their products are never stored. The previous unit's epilogue ended
         on a barrier after its reads, so the buffer is free."""
         base = sS_ptr.toint()
-        if mtid < Int32(BM):
-            r = cutlass.min(tm * Int32(BM) + mtid, M - Int32(1)) * (scale_bits & Int32(1))
+        if mtid < Int32(self.bm):
+            r = cutlass.min(tm * Int32(self.bm) + mtid, M - Int32(1)) * (scale_bits & Int32(1))
             ptx.cp_async_4(base + mtid * Int32(4), sx_addr + Int64(r) * Int64(4))
         if mtid < Int32(self.bn):
             c = (cutlass.min(tn * Int32(self.bn) + mtid, N - Int32(1))
                  * ((scale_bits >> Int32(1)) & Int32(1)))
-            ptx.cp_async_4(base + (Int32(BM) + mtid) * Int32(4), sw_addr + Int64(c) * Int64(4))
+            ptx.cp_async_4(base + (Int32(self.bm) + mtid) * Int32(4), sw_addr + Int64(c) * Int64(4))
         cute.arch.cp_async_commit_group()
 
     @cute.jit
     def _apply_scales(self, acc, tCcC, sS_ptr):
         """fp8 operands: each accumulator times its row's x scale and its column's w scale,
         from the shared buffer ``_stage_scales`` filled (rows first, then columns)."""
-        ss = cute.make_tensor(sS_ptr, cute.make_layout(BM + self.bn))
+        ss = cute.make_tensor(sS_ptr, cute.make_layout(self.bm + self.bn))
         # unrolled in groups of 8 (one loop of up to 128 steps draws the DSL's warning); the
         # compiler keeps one load per distinct row and column of the fragment
         for g in cutlass.range_constexpr(cute.size(acc) // 8):
             for j in cutlass.range_constexpr(8):
                 r, c = tCcC[8 * g + j]
-                acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[BM + c])
+                acc[8 * g + j] = acc[8 * g + j] * (ss[r] * ss[self.bm + c])
 
     def _issue_group(self, mm, read_state, dst) -> None:
         """One k-group's wgmmas into ``dst`` once its stage has landed (block-wise fp8),

@@ -123,6 +123,11 @@ MODES = ("rs", "ar", "gemm")
 # rules; 160 / 192 only where no width of ``FULL_NS`` divides N), sm100 128 / 256. Workspaces
 # are sized for every one of them.
 TILE_NS = (64, 128, 160, 192, 224, 256)
+# Widths 16 past a multiple of 32, for partial last waves (issue "fill every SM"): the sm90
+# kernels compile them (16-column sub-tiles, ``Sm90FusedKernel.epi_n``) and CI checks their
+# PTX, but no plan, Tuning or workspace takes them until a GPU has run them against float64
+# and measured them (docs/STATUS.md, "What is next").
+FINE_NS = (112, 144, 176, 208)
 # The widths the plan rules were measured with (docs/PERF.md (a)-(r)): where one of them
 # divides N, only those run, every tile whole. Elsewhere (N not a multiple of 128) sm90 plans
 # take any width of ``PARTIAL_NS`` with a partial last tile column: its columns past N are

@@ -62,7 +62,7 @@ class PingPongMma:
         tCrA_lo = tiled_mma.make_fragment_A(thr_lo.partition_A(sA))
         tCrA_hi = tiled_mma.make_fragment_A(thr_hi.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_lo.partition_B(sB))
-        tCcC = thr_lo.partition_C(cute.make_identity_tensor((BM, self.bn)))
+        tCcC = thr_lo.partition_C(cute.make_identity_tensor((self.bm, self.bn)))
         acc_lo = cute.make_rmem_tensor(tCcC.shape, Float32)
         acc_hi = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA_lo, mode=[2])

@@ -37,9 +37,9 @@ class Reductions:
         # wgmma (C7520) once the straight-line copy was in. AR owns whole tiles, RS rows.
         whole = False
         if cutlass.const_expr(self.tma_push):
-            whole = (m0 + Int32(BM) <= rows_end) & self._inside_n(e, tn, N)
+            whole = (m0 + Int32(self.bm) <= rows_end) & self._inside_n(e, tn, N)
             if cutlass.const_expr(self.mode == "rs"):
-                whole = whole & (m0 // local_M == rank) & ((m0 + Int32(BM - 1)) // local_M == rank)
+                whole = whole & (m0 // local_M == rank) & ((m0 + Int32(self.bm - 1)) // local_M == rank)
         if whole:
             self._reduce_chunks(ctid, e, own_smem, own_slot_addr, region_bytes, m0, tn, rows_end,
                                 t, out_addr, N, rank, local_M, peer_tab, out_off, from_smem, bulk,
@@ -53,12 +53,12 @@ class Reductions:
             cute.arch.fence_proxy("async.shared", space="cta")
             self.comm_bar.arrive_and_wait()
             if ctid == 0:
-                rows = cutlass.min(Int32(BM), rows_end - m0)
-                tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + Int64(e * SUB_BYTES)
+                rows = cutlass.min(Int32(self.bm), rows_end - m0)
+                tile_off = out_off + Int64(t) * Int64(self.tile_bytes) + Int64(e * self.sub_bytes)
                 for p in cutlass.range_constexpr(self.world):
                     if Int32(p) != rank:
                         ptx.bulk_s2g(protocol.peer_base(peer_tab, Int32(p)) + tile_off, own_smem,
-                                     rows * Int32(64))
+                                     rows * Int32(self.row_bytes))
                 ptx.bulk_commit()
                 if cutlass.const_expr(not self.defer_release):
                     ptx.bulk_wait_read_all()
@@ -73,15 +73,15 @@ class Reductions:
         batch = max(1, 8 // max(1, self.world - 1))
         if cutlass.const_expr(pre is not None):
             batch = 1  # the peer's chunks are in registers: sum each as its own chunk is read
-        for j0 in cutlass.range_constexpr(0, CHUNK_ITERS, batch):
+        for j0 in cutlass.range_constexpr(0, self.chunk_iters, batch):
             own = []
             peers = []
             geo = []
             bias_w = []
-            for j in cutlass.range_constexpr(j0, min(j0 + batch, CHUNK_ITERS)):
+            for j in cutlass.range_constexpr(j0, min(j0 + batch, self.chunk_iters)):
                 c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-                live = c < Int32(SUB_CHUNKS)
-                if cutlass.const_expr(j * COMM_THREADS + COMM_THREADS <= SUB_CHUNKS):
+                live = c < Int32(self.sub_chunks)
+                if cutlass.const_expr(j * COMM_THREADS + COMM_THREADS <= self.sub_chunks):
                     live = True
                 geo.append((live, grow, sub_off, col, smem_off))
                 src = own_slot_addr + sub_off
@@ -119,16 +119,16 @@ class Reductions:
         where the one peer's chunks of a sub-tile, 6 x 16 B a thread, fit the registers of
         the communication warps beside the sub-tile being summed)."""
         return (self.prefetch and self.comm and not self.multicast and self.world == 2
-                and CHUNK_ITERS <= 8)
+                and self.chunk_iters <= 8)
 
     @cute.jit
     def _sub_loads(self, ctid, e: cutlass.Constexpr, slot_addr, m0, tn, pred):
         """This thread's 16-byte chunks of sub-tile e at ``slot_addr`` (the peer's receive
         region, or a tile of OUT) where ``pred``, zeros elsewhere: a list of 4-word tuples."""
         vals = []
-        for j in cutlass.range_constexpr(CHUNK_ITERS):
+        for j in cutlass.range_constexpr(self.chunk_iters):
             c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-            vals.append(self._ld_if(pred & (c < Int32(SUB_CHUNKS)), slot_addr + sub_off, False))
+            vals.append(self._ld_if(pred & (c < Int32(self.sub_chunks)), slot_addr + sub_off, False))
         return vals
 
     @cute.jit
@@ -244,9 +244,9 @@ class Reductions:
         slot_addr = ws + recv_off + Int64(own_slot) * Int64(self.tile_bytes)
         for e in cutlass.range_constexpr(self.num_sub):
             if cutlass.const_expr(self.multicast):
-                for j in cutlass.range_constexpr(CHUNK_ITERS):
+                for j in cutlass.range_constexpr(self.chunk_iters):
                     c, grow, sub_off, col, smem_off = self._chunk_geom(ctid, j, e, m0, tn)
-                    mine = (c < Int32(SUB_CHUNKS)) & (grow < rows_end) & (col < N)
+                    mine = (c < Int32(self.sub_chunks)) & (grow < rows_end) & (col < N)
                     if cutlass.const_expr(self.mode == "rs"):
                         mine = mine & (grow // local_M == rank)
                     if mine:

@@ -29,12 +29,12 @@ class TileSchedule:
             s = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
         if cutlass.const_expr(self.mode == "rs"):
             b = o * local_M  # owner o's first row
-            s = cutlass.min((b + Int32(BM - 1)) // Int32(BM), tiles_m) * tiles_n
+            s = cutlass.min((b + Int32(self.bm - 1)) // Int32(self.bm), tiles_m) * tiles_n
             if cutlass.const_expr(self.split_row):
                 # ``TilePlan.split_row``: a shared tile row split between the two lists
-                if (b - (b // Int32(BM)) * Int32(BM) != Int32(0)) & (b < tiles_m * Int32(BM)):
+                if (b - (b // Int32(self.bm)) * Int32(self.bm) != Int32(0)) & (b < tiles_m * Int32(self.bm)):
                     even = (o * num_tiles + Int32(self.world - 1)) // Int32(self.world)
-                    s = cutlass.min(cutlass.max(even, (b // Int32(BM)) * tiles_n), s)
+                    s = cutlass.min(cutlass.max(even, (b // Int32(self.bm)) * tiles_n), s)
         return s
 
     @cute.jit

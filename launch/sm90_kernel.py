@@ -50,7 +50,7 @@ from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, TILE_NS
+from .geometry import BM, EPI_N, FINE_NS, TILE_NS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, pingpong_refusal
@@ -98,8 +98,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                              f"{in_dtype!r}, BN={bn}")
         # per-row / per-tensor scales: applied in the epilogue, from shared memory
         self.row_scales = self.scaled and not self.block_scales
-        if bn not in TILE_NS:
-            raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
+        if bn not in TILE_NS + FINE_NS:
+            raise ValueError(f"BN must be one of {TILE_NS + FINE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):
@@ -178,20 +178,23 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             self.producer_regs, self.mma_regs = 72, 216
         # threads that consume each mainloop stage and fill each ring slot
         self.stage_threads = 128 if self.pingpong else self.num_mma_threads
-        self.num_sub = bn // EPI_N
+        # widths 16 past a multiple of 32 (``FINE_NS``) hand their tiles over in 16-column
+        # sub-tiles; every other width keeps the 32-column ring it was measured with
+        self.epi_n = EPI_N if bn % EPI_N == 0 else 16
+        self.num_sub = bn // self.epi_n
         # The ring holds a whole tile, so the MMA warps hand a tile over and start the next
         # one while the communication warps still push it: with a 2-slot ring (BN=256, one
         # more mainloop stage) they waited on the link's bursts at every tile end, and RS /
         # AR at 8192 x 7168 x 4096 took 10% / 15% longer (docs/PERF.md). Costs BN=256 its
         # fourth mainloop stage (3 remain, as for BN=224); BN=128 keeps 6 (5 with padded
         # thread-store rows), BN=64 8.
-        self.tile_bytes = BM * bn * 2
+        self.tile_bytes = self.bm * bn * 2
         # fp8: a tile's row and column scales, staged in shared memory (``_stage_scales``),
         # take the 1 KiB kept spare first
-        spare = max(1024, 4 * (BM + bn)) if self.row_scales else 1024
+        spare = max(1024, 4 * (self.bm + bn)) if self.row_scales else 1024
         smem = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        ab_bytes = (BM + bn) * BK_BYTES  # one k-block of x's and w's tiles
-        slot_bytes = BM * self.epi_pitch * 2
+        ab_bytes = (self.bm + bn) * BK_BYTES  # one k-block of x's and w's tiles
+        slot_bytes = self.bm * self.epi_pitch * 2
         self.epi_slots = epi_slots or self.num_sub
         if stages:
             if epi_slots:
@@ -222,7 +225,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.tiled_mma = self._make_mma()
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90_utils.get_smem_layout_atom(row, ab, bk), ab)
-        self.a_smem_staged = cute.tile_to_shape(atom, (BM, bk, self.ab_stage), order=(0, 1, 2))
+        self.a_smem_staged = cute.tile_to_shape(atom, (self.bm, bk, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
 
     def _make_mma(self) -> Any:
@@ -230,20 +233,25 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         row = _ROW_LAYOUT
         return sm90_utils.make_trivial_tiled_mma(
             self.ab_elem, self.ab_elem, row.sm90_mma_major_mode(), row.sm90_mma_major_mode(),
-            Float32, (2, 1, 1), tiler_mn=(64, self.bn))
+            Float32, (self.num_mma_wg, 1, 1), tiler_mn=(64, self.bn))
 
     def _slot_layout(self, slots: int = 0) -> Any:
         """The sub-tile ring's layout, (BM, EPI_N[, slots]): padded rows, or with bulk-copy
         rows the element-index form of ``CommWarps``' chunk swizzle (bits 3-4 ^= bits 6-7)."""
         outer = self._slot_outer(slots)
-        if not self.tma_push:
+        if not self.swizzled:
             return outer
+        if self.epi_n != EPI_N:
+            return cute.make_composed_layout(cute.make_swizzle(1, 3, 3), 0, outer)
         return cute.make_composed_layout(cute.make_swizzle(2, 3, 3), 0, outer)
 
+    def _sw_bytes(self) -> Any:
+        return _sw64_bytes() if self.epi_n == EPI_N else cute.make_swizzle(1, 4, 3)
+
     def _slot_outer(self, slots: int = 0) -> Any:
-        shape, stride = (BM, EPI_N), (self.epi_pitch, 1)
+        shape, stride = (self.bm, self.epi_n), (self.epi_pitch, 1)
         if slots:
-            shape, stride = (*shape, slots), (*stride, BM * self.epi_pitch)
+            shape, stride = (*shape, slots), (*stride, self.bm * self.epi_pitch)
         return cute.make_layout(shape, stride=stride)
 
     def _shared_storage(self) -> Any:
@@ -257,10 +265,10 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             "sB": cute.struct.Align[
                 cute.struct.MemRange[self.ab_elem, cute.cosize(self.b_smem_staged)], 1024],
             "sC": cute.struct.Align[
-                cute.struct.MemRange[self.elem, BM * self.epi_pitch * self.epi_slots], 1024],
+                cute.struct.MemRange[self.elem, self.bm * self.epi_pitch * self.epi_slots], 1024],
         }
         if self.row_scales:
-            fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, BM + self.bn], 16]
+            fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, self.bm + self.bn], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     @cute.jit
@@ -285,7 +293,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)),
-            (BM, self.bk), num_multicast=self.mc_a)
+            (self.bm, self.bk), num_multicast=self.mc_a)
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
             (self.bn, self.bk), num_multicast=self.mc_b)
@@ -296,7 +304,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             mC = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(N, 1)))
             tma_c, tma_tC = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
-                cute.make_composed_layout(_sw64_bytes(), 0, self._slot_outer()), (BM, EPI_N))
+                cute.make_composed_layout(self._sw_bytes(), 0, self._slot_outer()), (self.bm, self.epi_n))
 
         self.shared_storage = self._shared_storage()
         self.kernel(
@@ -345,7 +353,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         a_mask = pair_mask if self.mc_a > 1 else 0
         b_mask = pair_mask if self.mc_b > 1 else 0
 
-        tiles_m = (M + Int32(BM - 1)) // Int32(BM)
+        tiles_m = (M + Int32(self.bm - 1)) // Int32(self.bm)
         tiles_n = (N + Int32(self.bn - 1)) // Int32(self.bn)
         num_tiles = tiles_m * tiles_n
         shape = protocol.shape_word(M, K)  # the start stamp's: every rank launches the same
@@ -383,7 +391,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
-        gA = cute.local_tile(mA, (BM, self.bk), (None, None))
+        gA = cute.local_tile(mA, (self.bm, self.bk), (None, None))
         gB = cute.local_tile(mB, (self.bn, self.bk), (None, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, v_in_pair if self.mc_a > 1 else 0, cute.make_layout(self.mc_a),
@@ -446,7 +454,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     if warp_idx == 1:
                         # the ring as the TMA sees it: the same swizzle, on byte addresses
                         sC_tma = cute.make_tensor(
-                            cute.recast_ptr(sC_ptr, _sw64_bytes(), dtype=self.elem),
+                            cute.recast_ptr(sC_ptr, self._sw_bytes(), dtype=self.elem),
                             self._slot_outer(self.epi_slots))
                         self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                                          local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
@@ -510,7 +518,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         warps once the stores have read them: whenever the warp holds the whole ring, and at
         each tile's end (the wait then runs under the next tile's mainloop), so no slot is
         held while the warp waits for a sub-tile the MMA warps have not written."""
-        gC = cute.local_tile(mC, (BM, EPI_N), (None, None))
+        gC = cute.local_tile(mC, (self.bm, self.epi_n), (None, None))
         sC_st, gC_st = cute.nvgpu.cpasync.tma_partition(
             tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
@@ -544,7 +552,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         thr_mma = tiled_mma.get_slice(mtid)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-        tCcC = thr_mma.partition_C(cute.make_identity_tensor((BM, self.bn)))  # (row, col)s
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.bn)))  # (row, col)s
         acc = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])
 
@@ -598,8 +606,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     # times x's row scales and w's block scale. A scale register is reloaded
                     # (two k-groups ahead) only after its last read: a move of a fresh load
                     # would wait for it with the tensor pipes idle (docs/PERF.md (ae)).
-                    row0 = cutlass.min(tm * Int32(BM) + brow0, M - Int32(1))
-                    row1 = cutlass.min(tm * Int32(BM) + brow1, M - Int32(1))
+                    row0 = cutlass.min(tm * Int32(self.bm) + brow0, M - Int32(1))
+                    row1 = cutlass.min(tm * Int32(self.bm) + brow1, M - Int32(1))
                     xa0 = sx_addr + Int64(row0) * xs_row
                     xa1 = sx_addr + Int64(row1) * xs_row
                     wa = sw_addr + Int64(tn * Int32(self.bn) // Int32(128)) * ws_blk

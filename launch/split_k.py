@@ -25,7 +25,7 @@ class SplitKPieces:
     def _sk_slot(self, mtid, lane, ws):
         """This thread's part of lane ``lane``'s slot: its accumulator fragment, 16 B per step,
         the 256 threads' steps contiguous."""
-        return (ws + Int64(layout.SK_SLOTS_OFF) + Int64(lane) * Int64(BM * self.bn * 4)
+        return (ws + Int64(layout.SK_SLOTS_OFF) + Int64(lane) * Int64(self.bm * self.bn * 4)
                 + Int64(mtid * 16))
 
     @cute.jit

@@ -145,6 +145,9 @@ def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool
         where = "the GEMM alone with the TMA store" if alone else "beside communication warps"
         return (f"ping-pong warp groups hold a whole tile's accumulators per thread: tiles at "
                 f"most {widest} wide ({where}), not {bn}")
+    if bn == 144 and not alone:
+        # ptxas serializes its wgmma (C7520) at the fused kernels' register split
+        return "ping-pong warp groups beside communication warps do not run 144-wide tiles"
     if scaled or sk or trace or push_ctas:
         return ("ping-pong warp groups run bf16 / fp16 operands without the split-K tail, "
                 "traces or push CTAs")
