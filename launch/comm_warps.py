@@ -141,6 +141,13 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
         return self.bm * self.epi_n * 2
 
     @property
+    def window_groups(self) -> int:
+        """Sub-tile copy groups ``push_window`` keeps in flight: the window is measured in
+        32-column sub-tiles, so 16-column ones keep as many bytes in flight in twice the
+        groups."""
+        return self.push_window * (EPI_N // self.epi_n)
+
+    @property
     def sub_chunks(self) -> int:
         return self.sub_bytes // 16
 
@@ -485,8 +492,8 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
                                 tiles_n, num_tiles, peer_tab, recv_off, region_bytes, park_addr)
             ptx.bulk_commit()
             if cutlass.const_expr(self.push_window > 0):
-                ptx.bulk_wait_pending(self.push_window - 1)
-            if cutlass.const_expr(not self.defer_release and self.push_window != 1):
+                ptx.bulk_wait_pending(self.window_groups - 1)
+            if cutlass.const_expr(not self.defer_release and self.window_groups != 1):
                 # the slot is released next: its copies must have read it (a window of one
                 # has waited for them to complete)
                 ptx.bulk_wait_read_all()

@@ -119,15 +119,15 @@ BM = 128
 BK = 64  # a bf16 / fp16 k-block; fp8's holds 128 elements in the same bytes (plan_depth)
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
-# Tile widths a kernel may run: sm90 64 / 128 / 160 / 192 / 224 / 256 (64 from the small-M
-# rules; 160 / 192 only where no width of ``FULL_NS`` divides N), sm100 128 / 256. Workspaces
-# are sized for every one of them.
-TILE_NS = (64, 128, 160, 192, 224, 256)
-# Widths 16 past a multiple of 32, for partial last waves (issue "fill every SM"): the sm90
-# kernels compile them (16-column sub-tiles, ``Sm90FusedKernel.epi_n``) and CI checks their
-# PTX, but no plan, Tuning or workspace takes them until a GPU has run them against float64
-# and measured them (docs/STATUS.md, "What is next").
+# Tile widths a kernel may run: sm90 64 to 256 (64 from the small-M rules; 160 / 192 only
+# where no width of ``FULL_NS`` divides N; the ``FINE_NS`` widths where ``launch.rules``
+# measured them to end a partial last wave), sm100 ``SM100_NS``. Workspaces are sized for
+# every one of them.
+TILE_NS = (64, 112, 128, 144, 160, 176, 192, 208, 224, 256)
+# Widths 16 past a multiple of 32 (issue "fill every SM"): their tiles go to the
+# communication warps in 16-column sub-tiles (``Sm90FusedKernel.epi_n``); sm90 only
 FINE_NS = (112, 144, 176, 208)
+SM100_NS = (128, 256)
 # The widths the plan rules were measured with (docs/PERF.md (a)-(r)): where one of them
 # divides N, only those run, every tile whole. Elsewhere (N not a multiple of 128) sm90 plans
 # take any width of ``PARTIAL_NS`` with a partial last tile column: its columns past N are
@@ -462,6 +462,9 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
     ``pair_ctas``: CTAs resident at once as 2x1 clusters (None: every SM)."""
     if bn not in TILE_NS:
         raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
+    if arch in BLACKWELL and bn not in SM100_NS:
+        raise ValueError(f"{arch} kernels run tiles {' or '.join(map(str, SM100_NS))} wide, "
+                         f"not {bn}")
     if N % N_ALIGN or (N % bn and arch in BLACKWELL):
         raise ValueError(f"N={N}: {arch} plans need N a multiple of "
                          f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")

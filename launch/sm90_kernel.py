@@ -50,7 +50,7 @@ from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, FINE_NS, TILE_NS
+from .geometry import BM, EPI_N, TILE_NS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, pingpong_refusal
@@ -98,8 +98,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                              f"{in_dtype!r}, BN={bn}")
         # per-row / per-tensor scales: applied in the epilogue, from shared memory
         self.row_scales = self.scaled and not self.block_scales
-        if bn not in TILE_NS + FINE_NS:
-            raise ValueError(f"BN must be one of {TILE_NS + FINE_NS}, got {bn}")
+        if bn not in TILE_NS:
+            raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
         if transport not in ("unicast", "multicast"):

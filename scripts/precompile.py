@@ -163,6 +163,8 @@ def main() -> int:
     p.add_argument("--from-log", action="append", default=[], metavar="FILE",
                    help="also compile the variants of this arch and world recorded in FILE "
                         "(RSAR_VARIANT_LOG); may be repeated")
+    p.add_argument("--logged-only", action="store_true",
+                   help="build only the --from-log variants, not every default plan's")
     p.add_argument("--any-world", action="store_true",
                    help="take --from-log variants logged at another world size at --world, "
                         "where that world runs them (a world-2 log for a 4- or 8-GPU host)")
@@ -177,8 +179,11 @@ def main() -> int:
     names = (*DTYPES, *IN_DTYPES, BLOCK)
     if not dtypes or set(dtypes) - set(names):
         p.error(f"--dtypes takes a comma-separated list of {', '.join(names)}; got {a.dtypes!r}")
-    vs, skipped = with_logged(variants(a.arch, a.world, a.transports.split(","),
-                                       tuple(a.sm_count), dtypes, a.bias),
+    if a.logged_only and not a.from_log:
+        p.error("--logged-only needs --from-log")
+    base = [] if a.logged_only else variants(a.arch, a.world, a.transports.split(","),
+                                             tuple(a.sm_count), dtypes, a.bias)
+    vs, skipped = with_logged(base,
                               a.from_log, a.arch, a.world, a.any_world)
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)

@@ -1,9 +1,8 @@
 """Tile widths 16 past a multiple of 32 (``launch.geometry.FINE_NS``: 112 / 144 / 176 / 208),
 for partial last waves: the sm90 kernels hand such tiles over in 16-column sub-tiles
 (``Sm90FusedKernel.epi_n``). Here they compile for sm_90a, their wgmma is as wide as the
-tile, and ptxas neither spills nor serializes the wgmma. No plan or Tuning takes them until
-a GPU has run them against float64 (docs/STATUS.md); the default widths keep their PTX
-(tests/test_variant_identity.py)."""
+tile, and ptxas neither spills nor serializes the wgmma. ``Tuning.bn`` takes them on sm90;
+the default widths keep their PTX (tests/test_variant_identity.py)."""
 from __future__ import annotations
 
 import pytest
@@ -58,11 +57,21 @@ def test_fused_pingpong_refuses_144():
 
 
 @pytest.mark.parametrize("bn", FINE_NS)
-def test_no_plan_or_tuning_takes_them_yet(bn):
-    with pytest.raises(RsarValueError, match="Tuning.bn"):
-        Tuning(bn=bn)
-    from launch.plan import make_plan
-    with pytest.raises(ValueError, match="BN must be"):
-        make_plan(2048, 7168, 1024, 2, 132, "gemm", bn=bn)
-    plan, v = resolve(Shape(2048, 7168, 1024, "rs"), Hardware("sm_90a", 132, 132), 2, "unicast")
-    assert v.bn not in FINE_NS
+def test_tuning_takes_them_on_sm90_only(bn):
+    plan, v = resolve(Shape(2048, 7168, 1024, "rs"), Hardware("sm_90a", 132, 132), 2,
+                      "unicast", tuning=Tuning(bn=bn))
+    assert plan.bn == v.bn == bn and plan.tiles_n == -(-7168 // bn)
+    with pytest.raises(RsarValueError, match=f"tiles 128 or 256 wide, not {bn}"):
+        resolve(Shape(2048, 7168, 1024, "rs"), Hardware("sm_100a", 148, 148), 2, "unicast",
+                tuning=Tuning(bn=bn))
+
+
+def test_push_window_counts_32_column_sub_tiles():
+    """A window of one 32-column sub-tile's copies keeps two 16-column groups in flight, and
+    the ring slot is released only once its copies have read it."""
+    from launch.sm90_kernel import Sm90FusedKernel
+    fine = Sm90FusedKernel(FINE[1])
+    assert fine.push_window == 1 and fine.window_groups == 2
+    wide = Sm90FusedKernel(Variant("sm_90a", 128, 2, "ar", "unicast", push="tma_all",
+                                   push_window=1))
+    assert wide.window_groups == 1
