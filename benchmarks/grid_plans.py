@@ -2,10 +2,13 @@
 mode.
 
     python3 benchmarks/grid_plans.py                # print them
-    python3 benchmarks/grid_plans.py --write FILE   # the snapshot tests/test_grid_plans.py checks
+    python3 benchmarks/grid_plans.py --write FILE --reason TEXT
+                                        # the snapshot tests/test_grid_plans.py checks
 
 A plan rule that moves a grid shape shows up as a changed line, so a change that claims to
 leave the grid alone can be checked, and one that does not names the shapes to re-measure.
+``--write`` keeps each unchanged entry's ``reason`` and gives every changed one ``--reason``
+(the rule and the PERF.md section that measured it).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def grid_plans(sm_count: int = 132, world: int = 2) -> dict[str, dict]:
                         "pair_n": int(p.pair_n), "push_all": int(p.push_all), "sk": p.sk,
                         "split_row": int(p.split_row), "stages": v.stages,
                         "early_copy": v.early_copy, "push_window": v.push_window,
-                        "tma_store": v.tma_store}
+                        "tma_store": v.tma_store, "pingpong": v.pingpong}
     return out
 
 
@@ -46,9 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--write", type=Path, default=None)
+    p.add_argument("--reason", default=None,
+                   help="with --write: why the entries that changed moved")
     a = p.parse_args(argv)
     plans = grid_plans()
     if a.write is not None:
+        old = json.loads(a.write.read_text()) if a.write.exists() else {}
+        for k, v in plans.items():
+            was = {f: x for f, x in old.get(k, {}).items() if f != "reason"}
+            if was == v and "reason" in old.get(k, {}):
+                v["reason"] = old[k]["reason"]
+            elif was and was != v:
+                if not a.reason:
+                    p.error(f"{k} moved: --reason must say why")
+                v["reason"] = a.reason
         a.write.write_text(json.dumps(plans, indent=0, sort_keys=True) + "\n")
     else:
         for k, v in plans.items():

@@ -205,6 +205,7 @@ class TilePlan:
     k_tiles: int = 0  # K // BK (the pieces' cuts)
     split_row: bool = False  # RS round order: a tile row two owners share split between lists
     push_ctas: int = 0  # RS flat peers-first: CTAs past ``chunk`` that only push (push_plan)
+    pingpong: bool = False  # plain GEMM: planned for ping-pong MMA warp groups (the rule's)
 
     @property
     def sched_word(self) -> int:

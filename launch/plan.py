@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .geometry import (BLACKWELL, BM, MAX_BAND, MODES, PUSH_ALL_MAX_M, TilePlan, ceil_div,
-                       pairs_whole, split_row_plan, tile_plan, tile_widths, with_sk)
-from .rules import (ONE_CTA_COST, SPLIT_ROW_GAIN, choose_band, choose_flat,
-                    choose_fused_cluster, choose_gemm_cluster, choose_gemm_width,
-                    choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
+from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, TilePlan,
+                       ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths, with_sk)
+from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, SPLIT_ROW_GAIN, choose_band,
+                    choose_flat, choose_fused_cluster, choose_gemm_cluster,
+                    choose_gemm_pingpong, choose_gemm_width, choose_push_all, choose_sk,
+                    choose_sm100, choose_small_m, lane_cost)
 
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
@@ -22,7 +23,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
-              split_row: bool | None = None) -> TilePlan:
+              split_row: bool | None = None, pingpong: bool | None = False) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
     finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
@@ -43,9 +44,16 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     bulk-copy pushes). ``split_row``: RS round orders split a tile row two owners share
     between their lists (module docstring); None: where the width choice's lane cost drops
     to ``SPLIT_ROW_GAIN`` of the best whole-row plan's or below, False: never, True:
-    wherever ``can_split_row``."""
+    wherever ``can_split_row``. ``pingpong`` None: the plain GEMM nothing else was forced
+    on runs ping-pong warp groups where ``choose_gemm_pingpong`` says so (``_gemm_pingpong``;
+    the plan's ``pingpong`` tells the resolver); False: the other rules."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if (mode == "gemm" and pingpong is None and sk is None and band is None
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_gemm_pingpong(M, K)):
+        pp = _gemm_pingpong(M, N, K, world, sm_count, pair_ctas)
+        if pp is not None:
+            return pp
     if (sk is None and flat is None and peers_first is None and push_all is not True
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_sk(M, K, mode)):
         tail = make_plan(M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
@@ -88,6 +96,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if (mode == "gemm" and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         plan = _gemm_one_cta_if_cheaper(plan, pair_ctas)
+    if mode == "gemm" and not sk and plan.bn != 64 and _sm90_unforced(arch, bn, cta_group,
+                                                                     lag, pair_n):
+        plan = _gemm_fine_if_cheaper(plan, pair_ctas)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan
 
@@ -114,6 +125,46 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
         return best
     return pair
+
+
+def _gemm_fine_if_cheaper(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
+    """The plain GEMM's plan of least ``lane_cost`` among the widths of ``FINE_NS`` on the
+    same cluster kind, where it costs at most ``FINE_GAIN`` of ``plan``'s; else ``plan``:
+    a width 16 past a multiple of 32 that ends a partial last wave (docs/PERF.md (ai))."""
+    best = plan
+    for b in FINE_NS:
+        if b > max(plan.N, BM):
+            continue
+        try:
+            p = _make_plan(plan.M, plan.N, plan.K, plan.world, plan.sm_count, "gemm",
+                           arch="sm_90a", bn=b, cta_group=plan.cta_group, pair_ctas=pair_ctas,
+                           lag=None, peers_first=False)
+        except ValueError:
+            continue
+        if lane_cost(p) <= FINE_GAIN * lane_cost(plan) and lane_cost(p) < lane_cost(best):
+            best = p
+    return best
+
+
+def _gemm_pingpong(M: int, N: int, K: int, world: int, sm_count: int,
+                   pair_ctas: int | None) -> TilePlan | None:
+    """The plain GEMM on 2x1 clusters for ping-pong warp groups: the width of least
+    ``lane_cost`` among ``PINGPONG_NS`` (``choose_gemm_pingpong``), or None where no pair
+    plan fits."""
+    best = None
+    for b in PINGPONG_NS:
+        if b > max(N, BM):
+            continue
+        try:
+            p = _make_plan(M, N, K, world, sm_count, "gemm", arch="sm_90a", bn=b, cta_group=2,
+                           pair_ctas=pair_ctas, lag=None, peers_first=False)
+        except ValueError:
+            continue
+        if best is None or lane_cost(p) < lane_cost(best):
+            best = p
+    if best is None:
+        return None
+    return replace(best, band=choose_band(K, 2), pingpong=True)
 
 
 def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int, *,

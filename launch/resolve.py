@@ -82,7 +82,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     trace = int(t.trace and sm90)
     tma_store = (default_tma_store(arch, push, plan.mode) if t.tma_store is None
                  else int(t.tma_store and plan.mode == "gemm" and push == "tma" and sm90))
-    if t.pingpong:
+    pingpong = bool(plan.pingpong if t.pingpong is None else t.pingpong)
+    if pingpong:
         why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(dtypes.operands),
                                bool(plan.sk), bool(trace), bool(t.push_ctas))
         if why:
@@ -110,7 +111,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         push_window=push_window, flat=int(plan.flat), sk=int(plan.sk > 1),
         split_row=int(plan.split_row), push_ctas=int(plan.push_ctas > 0),
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
-        block_scales=int(dtypes.block_scales), pingpong=int(t.pingpong),
+        block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias))
     return plan, v
 
@@ -151,6 +152,15 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 
 
+def _pingpong_free(shape: Shape, dtypes: Dtypes, t: Tuning, op_push: str) -> bool:
+    """Whether ``choose_gemm_pingpong`` may decide: the plain GEMM of bf16 / fp16 operands
+    with bulk-copy rows (its TMA store) whose Tuning leaves ping-pong, the TMA store and
+    the kernel's form to the rules."""
+    return (shape.mode == "gemm" and t.pingpong is None and t.tma_store is not False
+            and push_for(op_push, "gemm") == "tma" and not dtypes.operands and not t.trace
+            and not t.epi_slots and t.stages is None)
+
+
 def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes, t: Tuning,
           op_push: str) -> TilePlan:
     M, N, mode, arch = shape.M, shape.N, shape.mode, hw.arch
@@ -175,7 +185,8 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          pair_n=t.pair_n, push_all=push_all,
                          flat=t.flat if sm90 else False,
                          sk=t.sk if sm90 and not t.pingpong else False,
-                         split_row=t.split_row if sm90 else False)
+                         split_row=t.split_row if sm90 else False,
+                         pingpong=None if sm90 and _pingpong_free(shape, dtypes, t, op_push) else False)
     except RsarValueError:
         raise
     except ValueError as e:

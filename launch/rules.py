@@ -8,7 +8,9 @@ shapes it moved.
 
 | rule | condition | choice | PERF.md |
 |---|---|---|---|
-| ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y) |
+| ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
+| ``FINE_GAIN`` | sm90 plain GEMM, a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
+| ``choose_gemm_pingpong`` | sm90 plain GEMM, K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
 | ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
@@ -43,7 +45,21 @@ SPLIT_ROW_GAIN = 0.8
 # Time per output column of a tile width against BN=256 at the same tiles per SM (GEMM alone,
 # 2x H200, docs/PERF.md (d)): narrower tiles reload x's tile for fewer columns.
 # 160 / 192: the GEMM alone on one H200 at M 576-1088 (docs/PERF.md (y)), 1-CTA tiles.
-TILE_COST = {256: 1.0, 224: 1.03, 192: 1.06, 160: 1.12, 128: 1.18}
+# 208 / 176 / 144 / 112 (16-column sub-tiles): the GEMM alone on one H100, every width on
+# 1-CTA tiles and 2x1 clusters over the 48-shape grid (docs/PERF.md (ai),
+# ``benchmarks/width_costs.py``): per column against 256 wide, 2x1 clusters 1.03 / 1.04 /
+# 1.05 / 1.16, 1-CTA tiles (L2-bound at long K) 1.07 / 1.16 / 1.24 / 1.43; set between the
+# two and in line with the widths above.
+TILE_COST = {256: 1.0, 224: 1.03, 208: 1.045, 192: 1.06, 176: 1.09, 160: 1.12, 144: 1.15,
+             128: 1.18, 112: 1.25}
+# The plain GEMM takes a width of ``launch.geometry.FINE_NS`` only where its lane cost is at
+# most this fraction of the plan the other rules chose (same cluster kind). One H100
+# (docs/PERF.md (ai)): that changed 16 of 96 shapes (N 7168 / 8192 / 2880 / 5120) and sped
+# up all 16, 1-28% (512 x 5120 x 4096: 256-wide tiles on 80 of 132 SMs -> 176-wide on
+# 120, 0.735x -> 0.936x cuBLAS); at 0.9 only the six N=5120 shapes moved.
+FINE_GAIN = 0.95
+# Widths ping-pong warp groups run on the GEMM alone (``launch.variant.PINGPONG_WIDEST``)
+PINGPONG_NS = (112, 128, 144, 160, 176, 192)
 # A 1-CTA plain GEMM's time against a 2x1-cluster one of the same width and tiles per lane
 # (the pair shares w's tile): 2-11% slower at K >= 4096 (docs/PERF.md (d)); 1.05 fits the
 # one-GPU runs of docs/PERF.md (t).
@@ -166,6 +182,17 @@ def choose_gemm_cluster(M: int, K: int) -> int:
     and mixed at K=1024 (docs/PERF.md (d)). ``make_plan`` still takes the 1-CTA plan where
     the pairs' lane cost is higher (``_gemm_one_cta_if_cheaper``)."""
     return 2 if K > 1024 and M > BM else 1
+
+
+def choose_gemm_pingpong(M: int, K: int) -> bool:
+    """Whether the plain sm90 GEMM (nothing forced) runs ping-pong MMA warp groups on 2x1
+    clusters, at the width of least ``lane_cost`` among ``PINGPONG_NS``. Each warp group
+    computes whole tiles by turns, so one tile's epilogue runs under the other's mainloop:
+    worth most at short K, where the epilogue is a larger part of a tile, and with many
+    tiles a lane. One H100 (docs/PERF.md (ai), against the default plans, N 7168 / 8192):
+    K=1024, M 4096-16384 +2.3% to +15% at all six shapes (16384 x 7168: 1.00x -> 1.15x
+    cuBLAS); at K=4096 mixed (-6% to +7%), at M=2048 -4% to +2%."""
+    return K <= 1024 and M >= 4096
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:

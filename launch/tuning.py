@@ -48,7 +48,7 @@ _ACCEPTS = {
     "tma_store": "None, True or False",
     "push_ctas": "an int >= 0 (0: off; at most a quarter of the SMs)",
     "lean_exit": "None, True or False",
-    "pingpong": "True or False",
+    "pingpong": "None, True or False",
     "trace": "True or False",
 }
 
@@ -72,10 +72,13 @@ class Tuning:
     ``tma_store`` the plain GEMM's TMA store. ``pdl``, ``prefetch`` and ``early_copy`` are
     on where the rules take them; False turns them off.
 
+    ``bn`` takes 112 / 144 / 176 / 208 on sm90 only (16-column sub-tiles).
+    ``pingpong``: ping-pong MMA warp groups; None: the GEMM alone takes them where
+    ``launch.rules.choose_gemm_pingpong`` does (one GPU measures it), the fused op never.
+
     Experiments, off by default until two GPUs time them: ``push_ctas`` CTAs that only
-    push (RS); ``lean_exit`` the exit without system fences; ``pingpong`` ping-pong MMA warp
-    groups. ``trace`` records per-CTA event
-    times (``GemmRsAr.read_trace``).
+    push (RS); ``lean_exit`` the exit without system fences; ``pingpong=True`` on the fused
+    op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
     """
 
     bn: int | None = None
@@ -98,7 +101,7 @@ class Tuning:
     tma_store: bool | None = None
     push_ctas: int = 0
     lean_exit: bool | None = None
-    pingpong: bool = False
+    pingpong: bool | None = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -136,10 +139,10 @@ def _is_int(v: Any) -> bool:
 
 
 def _valid(name: str, v: Any) -> bool:
-    if name in ("pair_n", "pdl", "prefetch", "early_copy", "pingpong", "trace"):
+    if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
-                "tma_store", "lean_exit"):
+                "tma_store", "lean_exit", "pingpong"):
         return v is None or _is_bool(v)
     if name == "bn":
         return v is None or (_is_int(v) and v in TILE_NS)

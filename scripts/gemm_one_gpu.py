@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -66,15 +67,15 @@ def column_knobs(name: str) -> dict:
             knobs["sk"] = True
         elif part == "pn":
             knobs["pair_n"] = True
-        elif part == "pp":
-            knobs["pingpong"] = True
+        elif part in ("pp", "pp0"):
+            knobs["pingpong"] = part == "pp"
         elif part in ("ts", "ts0"):
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, pn, bandB, ts, ts0, pp, joined with +)")
+                             f"stagesN, sk, pn, bandB, ts, ts0, pp, pp0, joined with +)")
     return knobs
 
 
@@ -197,6 +198,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "N 7168 / 8192, K 1024 / 4096 / 9216, M 128-16384)")
     p.add_argument("--iters", type=int, default=40, help="timed calls per column and block")
     p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                   help="run the columns of each block in an order drawn from SEED (default: "
+                        "as listed; a column listed first runs first in every block)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
                    help="element type of x, w and the output, for both kernels (default "
@@ -290,8 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         errors = check_columns(cols, sets[0], y, ref, err, f"{M}x{N}x{K}")
         times: dict[str, list[float]] = {k: [] for k in cols}
         retried = dict.fromkeys(cols, 0)
-        for _ in range(a.blocks):
-            for name, fn in cols.items():
+        order = list(cols.items())
+        for b in range(a.blocks):
+            if a.shuffle is not None:
+                random.Random(a.shuffle * 1009 + b + M + N + K).shuffle(order)
+            for name, fn in order:
                 for i in range(3):
                     fn(*sets[i % nsets])
                 us_calls, again = queued_block(fn, sets, a.iters)

@@ -49,12 +49,24 @@ def test_bn_choice():
 
 
 def test_bn_choice_is_the_cheapest_last_wave():
-    from launch.rules import lane_cost
+    """The width of least lane cost; the GEMM alone takes a width of FINE_NS only where it
+    costs at most FINE_GAIN of that (ping-pong plans: test_gemm_pingpong_plans)."""
+    from launch.geometry import FINE_NS
+    from launch.rules import FINE_GAIN, lane_cost
+    fine = 0
     for M, N, K, mode in itertools.product((300, 512, 1024, 2048, 3000, 8192), (7168, 8192, 1792),
                                            (1024, 4096), ("rs", "ar", "gemm")):
-        p = make_plan(M, N, K, 2, 132, mode)
-        if p.bn == 64:
-            continue  # choose_small_m's width
+        p = make_plan(M, N, K, 2, 132, mode, pingpong=None)
+        if p.bn == 64 or p.pingpong:
+            continue  # choose_small_m's width, choose_gemm_pingpong's plans
+        if p.bn in FINE_NS:
+            assert mode == "gemm"
+            fine += 1
+            whole = make_plan(M, N, K, 2, 132, mode, bn=p.bn, cta_group=p.cta_group)
+            others = [make_plan(M, N, K, 2, 132, mode, bn=b, cta_group=p.cta_group)
+                      for b in (128, 224, 256) if N % b == 0]
+            assert lane_cost(whole) == lane_cost(p) <= FINE_GAIN * min(map(lane_cost, others))
+            continue
         others = [make_plan(M, N, K, 2, 132, mode, bn=b, cta_group=p.cta_group,
                             peers_first=p.peers_first) for b in (128, 224, 256) if N % b == 0]
         if mode != "gemm" and any(o.rounds - o.lag >= 2 for o in others):
@@ -62,6 +74,25 @@ def test_bn_choice_is_the_cheapest_last_wave():
             assert p.rounds - p.lag >= 2
             others = [o for o in others if o.rounds - o.lag >= 2]
         assert lane_cost(p) == min(lane_cost(o) for o in others), (M, N, K, mode)
+    assert fine  # 512 x 7168: 112 wide
+
+
+def test_gemm_pingpong_plans():
+    """``choose_gemm_pingpong``: the plain GEMM at K <= 1024 from M=4096 on 2x1 clusters,
+    the width of least lane cost among PINGPONG_NS; only where nothing else was forced and
+    the caller lets the rule decide (``pingpong=None``)."""
+    from launch.rules import PINGPONG_NS, lane_cost
+    for M, N in itertools.product((4096, 8192, 16384), (7168, 8192, 2880, 5120)):
+        p = make_plan(M, N, 1024, 2, 132, "gemm", pingpong=None)
+        assert p.pingpong and p.cta_group == 2 and p.bn in PINGPONG_NS
+        assert lane_cost(p) == min(lane_cost(make_plan(M, N, 1024, 2, 132, "gemm", bn=b,
+                                                       cta_group=2)) for b in PINGPONG_NS)
+        assert not make_plan(M, N, 1024, 2, 132, "gemm").pingpong  # pingpong=False
+        assert not make_plan(M, N, 1024, 2, 132, "gemm", pingpong=None, bn=256).pingpong
+        assert not make_plan(M, N, 1024, 2, 132, "rs", pingpong=None).pingpong
+    assert make_plan(16384, 7168, 1024, 2, 132, "gemm", pingpong=None).bn == 192
+    assert not make_plan(2048, 7168, 1024, 2, 132, "gemm", pingpong=None).pingpong
+    assert not make_plan(4096, 7168, 2048, 2, 132, "gemm", pingpong=None).pingpong
 
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])
@@ -919,13 +950,17 @@ def test_split_row_only_where_the_lane_cost_drops_enough():
 # ---------------------------------------------------------------- a partial last tile column
 def test_widths_stay_whole_where_a_measured_width_divides_n():
     """N a multiple of 128 keeps the widths the plan rules were measured with, every tile
-    whole; elsewhere sm90 chooses among PARTIAL_NS, never wider than N (but 128), and
-    sm100 has nothing to choose from."""
+    whole (but where the GEMM alone takes a width of FINE_NS, ``FINE_GAIN``); elsewhere
+    sm90 chooses among PARTIAL_NS, never wider than N (but 128), and sm100 has nothing to
+    choose from."""
+    from launch.geometry import FINE_NS
     for N in (128, 384, 1792, 5376, 7168, 8192, 10240):
         assert tile_widths(N) == tuple(b for b in FULL_NS if N % b == 0) and 128 in tile_widths(N)
         for M, K, mode in itertools.product((128, 300, 1000, 4096), (1024, 9216),
                                             ("rs", "ar", "gemm")):
             p = make_plan(M, N, K, 2, 132, mode)
+            if mode == "gemm" and p.bn in FINE_NS:
+                continue
             assert N % p.bn == 0 and p.tiles_n * p.bn == N, (M, N, K, mode, p.bn)
     assert tile_widths(2880) == PARTIAL_NS
     assert tile_widths(200) == (192, 160, 128)

@@ -293,9 +293,9 @@ def test_op_launches_the_stages_rule_and_its_knob(variants):
     (1152, 7168, 4096, 256, 1), (384, 10240, 9216, 256, 1), (2944, 7168, 2048, 256, 1),
     # few tiles: 64-wide tiles on 128 SMs instead of 128-wide pairs on 64
     (256, 4096, 4096, 64, 1), (512, 2048, 9216, 64, 1), (384, 5120, 2048, 128, 1),
-    # the grid's powers of two keep their pairs
-    (256, 7168, 4096, 128, 2), (2048, 7168, 9216, 224, 2), (4096, 8192, 4096, 256, 2),
-    (16384, 7168, 9216, 256, 2), (640, 2048, 4096, 128, 2)])
+    # the grid's powers of two keep their pairs (112 wide: FINE_GAIN, docs/PERF.md (ai))
+    (256, 7168, 4096, 112, 2), (2048, 7168, 9216, 224, 2), (4096, 8192, 4096, 256, 2),
+    (16384, 7168, 9216, 256, 2), (640, 2048, 4096, 112, 2)])
 def test_gemm_takes_one_cta_tiles_where_pairs_cost_more(M, N, K, bn, cta_group):
     p = make_plan(M, N, K, 2, 132, "gemm")
     assert (p.bn, p.cta_group) == (bn, cta_group), p
@@ -342,13 +342,22 @@ def test_lean_exit_knob(variants):
 
 
 def test_pingpong_knob(variants):
-    """``Tuning.pingpong``: off unless forced; forced, it reaches the variant where the plan's
-    width fits (192 on the GEMM alone, 160 fused), turns the split-K tail off in the plan,
-    and is refused before any launch elsewhere, the op still usable after."""
+    """``Tuning.pingpong``: None leaves it to ``choose_gemm_pingpong`` (the GEMM alone at
+    K <= 1024 from M=4096; never fused), False turns it off; forced, it reaches the variant
+    where the plan's width fits (192 on the GEMM alone, 160 fused), turns the split-K tail
+    off in the plan, and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
-    op._plan_and_kernel(4096, 1024, "gemm")
+    for M, K, mode, want in ((4096, 1024, "gemm", 1), (4096, 9216, "gemm", 0),
+                             (2048, 1024, "gemm", 0), (4096, 1024, "rs", 0)):
+        plan, _ = op._plan_and_kernel(M, K, mode)
+        assert variants[-1].pingpong == want == plan.pingpong, (M, K, mode)
+        if want:
+            assert plan.cta_group == 2 and plan.bn <= 192
+    retuned(op, pingpong=False)._plan_and_kernel(4096, 1024, "gemm")
     assert variants[-1].pingpong == 0
+    retuned(op, tma_store=False)._plan_and_kernel(4096, 1024, "gemm")
+    assert variants[-1].pingpong == 0 and variants[-1].tma_store == 0
     op = retuned(op, pingpong=True, bn=192)
     for M in (300, 4096):
         plan, _ = op._plan_and_kernel(M, 9216, "gemm")
