@@ -2,7 +2,7 @@
 communication warps in 16-column sub-tiles, against float64 on every path the 32-column
 widths run: each push form, 2x1 clusters and pairs along N, the peers-first and flat orders,
 the split-K tail, push-all AR, the push window, the GEMM alone (TMA and thread stores,
-ping-pong), a bias, fp16 and fp8, the largest call, and random M back to back. N=7168 is
+ping-pong; the GEMM alone's default rules), a bias, fp16 and fp8, the largest call, and random M back to back. N=7168 is
 whole at 112 and ends on a partial tile at the others; N=1000 also ends on a partial
 16-column sub-tile.
 
@@ -109,14 +109,27 @@ def test_fused_pingpong(comm, bn, M, K, ar):
     assert torch.equal(y, y0)
 
 
+@pytest.mark.parametrize("cta_group", [1, 2])
 @pytest.mark.parametrize("bn", [112, 144, 176])
 @pytest.mark.parametrize("M,K", [(129, 1024), (2048, 4096), (4100, 1024)])
-def test_gemm_only_pingpong(comm, bn, M, K):
+def test_gemm_only_pingpong(comm, bn, M, K, cta_group):
     op = get_op(comm, 7168, False)
     x, w = rank_inputs(M * 7 + K + bn, op.rank, M, op.N, K, _dev())
-    with knobs(op, bn=bn, cta_group=1, pingpong=True) as pp, \
-            knobs(op, bn=bn, cta_group=1) as cooperative:
+    with knobs(op, bn=bn, cta_group=cta_group, pingpong=True) as pp, \
+            knobs(op, bn=bn, cta_group=cta_group, pingpong=False) as cooperative:
         check_gemm_only_bitwise(pp, cooperative, x, w)
+
+
+@pytest.mark.parametrize("N", [7168, 8192, 2880, 5120])
+@pytest.mark.parametrize("M,K", [(256, 1024), (512, 4096), (4096, 1024), (8192, 1024)])
+def test_gemm_only_default_rules(comm, M, N, K):
+    """What the GEMM alone runs by default where ``FINE_GAIN`` or ``choose_gemm_pingpong``
+    decide: float64, and bitwise against the same plan with ping-pong off."""
+    op = get_op(comm, N, False)
+    plan = op.plan(M, K, mode="gemm")
+    x, w = rank_inputs(M * 11 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, bn=plan.bn, cta_group=plan.cta_group, pingpong=False) as cooperative:
+        check_gemm_only_bitwise(op, cooperative, x, w)
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
