@@ -116,6 +116,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 BM = 128
+# Tile rows: 128, or 64 for the plain sm90 GEMM on 1-CTA tiles (one MMA warp group)
+TILE_MS = (64, 128)
 BK = 64  # a bf16 / fp16 k-block; fp8's holds 128 elements in the same bytes (plan_depth)
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")
@@ -206,6 +208,7 @@ class TilePlan:
     split_row: bool = False  # RS round order: a tile row two owners share split between lists
     push_ctas: int = 0  # RS flat peers-first: CTAs past ``chunk`` that only push (push_plan)
     pingpong: bool = False  # plain GEMM: planned for ping-pong MMA warp groups (the rule's)
+    bm: int = BM  # rows of a tile (64: the plain sm90 GEMM on 1-CTA tiles)
 
     @property
     def sched_word(self) -> int:
@@ -457,12 +460,17 @@ def pairs_whole(p: TilePlan) -> bool:
 def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
               bn: int, cta_group: int, pair_ctas: int | None, lag: int | None,
               peers_first: bool, pair_n: bool = False, flat: bool = False,
-              split_row: bool = False) -> TilePlan:
+              split_row: bool = False, bm: int = BM) -> TilePlan:
     """The plan of a chosen shape (width ``bn``, ``cta_group``, order): its tiles, lists,
     lanes and rounds (the module docstring); ValueError where the shape cannot run.
-    ``pair_ctas``: CTAs resident at once as 2x1 clusters (None: every SM)."""
+    ``pair_ctas``: CTAs resident at once as 2x1 clusters (None: every SM). ``bm`` 64:
+    64-row tiles, the plain sm90 GEMM on 1-CTA tiles only."""
     if bn not in TILE_NS:
         raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
+    if bm not in TILE_MS:
+        raise ValueError(f"BM must be one of {TILE_MS}, got {bm}")
+    if bm != BM and (mode != "gemm" or cta_group != 1 or arch in BLACKWELL):
+        raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles")
     if arch in BLACKWELL and bn not in SM100_NS:
         raise ValueError(f"{arch} kernels run tiles {' or '.join(map(str, SM100_NS))} wide, "
                          f"not {bn}")
@@ -476,13 +484,14 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
         return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
-    tiles_m = ceil_div(M, BM)
+    tiles_m = ceil_div(M, bm)
     tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
     padded_M = ceil_div(M, world) * world
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=num_tiles, grid=0,
-                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0)
+                    padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
+                    bm=bm)
     if mode == "gemm":
         grid = min(num_tiles, sm_count)
         return replace(base, grid=grid, chunk=grid, rounds=ceil_div(num_tiles, grid))

@@ -23,7 +23,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               peers_first: bool | None = None, band: int | None = None,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
-              split_row: bool | None = None, pingpong: bool | None = False) -> TilePlan:
+              split_row: bool | None = None, pingpong: bool | None = False,
+              bm: int | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
     finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
@@ -46,9 +47,18 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     to ``SPLIT_ROW_GAIN`` of the best whole-row plan's or below, False: never, True:
     wherever ``can_split_row``. ``pingpong`` None: the plain GEMM nothing else was forced
     on runs ping-pong warp groups where ``choose_gemm_pingpong`` says so (``_gemm_pingpong``;
-    the plan's ``pingpong`` tells the resolver); False: the other rules."""
+    the plan's ``pingpong`` tells the resolver); False: the other rules. ``bm`` 64: 64-row
+    tiles (the plain sm90 GEMM on 1-CTA tiles; ``launch.geometry.TILE_MS``), the width of
+    least ``lane_cost`` unless ``bn`` is given; None or 128: 128-row tiles."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if bm not in (None, BM):
+        if mode != "gemm" or arch in BLACKWELL or sk or cta_group not in (None, 1) or pair_n:
+            raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles, "
+                             "without the split-K tail")
+        plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=1,
+                          pair_ctas=pair_ctas, lag=None, peers_first=False, bm=bm)
+        return replace(plan, band=choose_band(K, 1) if band is None else band)
     if (mode == "gemm" and pingpong is None and sk is None and band is None
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_gemm_pingpong(M, K)):
         pp = _gemm_pingpong(M, N, K, world, sm_count, pair_ctas)
@@ -194,7 +204,7 @@ def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | 
 def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
                bn: int | None, cta_group: int | None, pair_ctas: int | None, lag: int | None,
                peers_first: bool | None, pair_n: bool = False,
-               flat: bool = False, split_row: bool | None = None) -> TilePlan:
+               flat: bool = False, split_row: bool | None = None, bm: int = BM) -> TilePlan:
     # sm90 widths without a heuristic's pick (bn0 None) come from ``lane_cost`` below
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = _sm90_unforced(arch, bn, cta_group, lag, pair_n)
@@ -231,7 +241,8 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
                 options.append(_make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=b,
                                           cta_group=cta_group, pair_ctas=pair_ctas, lag=lag,
                                           peers_first=peers_first,
-                                          pair_n=pair_n, flat=flat, split_row=bool(split_row)))
+                                          pair_n=pair_n, flat=flat, split_row=bool(split_row),
+                                          bm=bm))
             except ValueError as e:  # lag 1 on pairs: only the widths pairs_whole allows
                 refused = e
         if not options:
@@ -253,7 +264,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     return tile_plan(M, N, K, world, sm_count, mode, arch=arch,
                      bn=bn0 if bn is None else bn, cta_group=cta_group, pair_ctas=pair_ctas,
                      lag=lag, peers_first=peers_first, pair_n=pair_n, flat=flat,
-                     split_row=bool(split_row))
+                     split_row=bool(split_row), bm=bm)
 
 
 def _make_push_all_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,

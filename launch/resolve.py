@@ -112,7 +112,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         split_row=int(plan.split_row), push_ctas=int(plan.push_ctas > 0),
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
-        dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias))
+        dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm)
     return plan, v
 
 
@@ -148,6 +148,10 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
                                  f"kernel choices; the {hw.arch} kernel has none")
+    if t.bm not in (None, 128) and (shape.mode != "gemm" or dtypes.operands or t.pingpong):
+        raise RsarValueError(f"Tuning.bm={t.bm}: 64-row tiles run the plain GEMM (gemm_only) "
+                             f"of bf16 / fp16 operands without ping-pong; this call is "
+                             f"{shape.mode}{' with fp8 operands' if dtypes.operands else ''}")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 
@@ -157,6 +161,7 @@ def _pingpong_free(shape: Shape, dtypes: Dtypes, t: Tuning, op_push: str) -> boo
     with bulk-copy rows (its TMA store) whose Tuning leaves ping-pong, the TMA store and
     the kernel's form to the rules."""
     return (shape.mode == "gemm" and t.pingpong is None and t.tma_store is not False
+            and t.bm is None
             and push_for(op_push, "gemm") == "tma" and not dtypes.operands and not t.trace
             and not t.epi_slots and t.stages is None)
 
@@ -179,6 +184,7 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
         else:
             push_all = auto_push_all(mode, transport, push_for(op_push, mode))
         sm90 = arch == SM90
+        pp_rule = sm90 and _pingpong_free(shape, dtypes, t, op_push)
         return make_plan(M, N, K, world, hw.sm_count, mode, arch=arch, bn=bn,
                          pair_ctas=pair_ctas, cta_group=t.cta_group, lag=t.lag,
                          peers_first=t.peers_first, band=t.band,
@@ -186,7 +192,7 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          flat=t.flat if sm90 else False,
                          sk=t.sk if sm90 and not t.pingpong else False,
                          split_row=t.split_row if sm90 else False,
-                         pingpong=None if sm90 and _pingpong_free(shape, dtypes, t, op_push) else False)
+                         pingpong=None if pp_rule else False, bm=t.bm)
     except RsarValueError:
         raise
     except ValueError as e:

@@ -50,7 +50,7 @@ from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, TILE_NS
+from .geometry import BM, EPI_N, TILE_MS, TILE_NS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, pingpong_refusal
@@ -161,9 +161,16 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.cta_group = cta_group
         self.multicast = transport == "multicast"
         self.comm = mode != "gemm"
-        self.num_mma_wg = 2
-        self.threads = 384
-        self.num_mma_threads = 256
+        self.bm = v.bm
+        if self.bm not in TILE_MS:
+            raise ValueError(f"BM must be one of {TILE_MS}, got {self.bm}")
+        if self.bm != BM and (mode != "gemm" or cta_group != 1 or self.pingpong or self.scaled):
+            raise ValueError("64-row tiles run the plain GEMM on 1-CTA tiles of bf16 / fp16 "
+                             "operands, without ping-pong")
+        # 64-row tiles: one MMA warp group computes the whole tile
+        self.num_mma_wg = self.bm // 64
+        self.threads = 128 * (1 + self.num_mma_wg)
+        self.num_mma_threads = 128 * self.num_mma_wg
         self.producer_regs = 104  # 128 x 104 + 256 x 200 = 384 x 168: what the CTA holds at launch
         self.mma_regs = 200
         # Block-wise scales on the GEMM alone with the TMA store: no thread of the first warp

@@ -18,7 +18,7 @@ from typing import Any
 
 from multicast.errors import RsarValueError
 
-from .geometry import MAX_BAND, TILE_NS
+from .geometry import MAX_BAND, TILE_MS, TILE_NS
 
 PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
@@ -29,6 +29,7 @@ EPI_SLOTS = tuple(range(0, 17))
 # field -> (what it accepts, for the error message)
 _ACCEPTS = {
     "bn": f"None or a tile width of {TILE_NS}",
+    "bm": f"None or a tile row count of {TILE_MS}",
     "cta_group": "None, 1 (1-CTA tiles) or 2 (2x1 clusters)",
     "lag": "None, 0 or 1",
     "band": f"None or an int in [0, {MAX_BAND}] (0: row-major)",
@@ -72,7 +73,9 @@ class Tuning:
     ``tma_store`` the plain GEMM's TMA store. ``pdl``, ``prefetch`` and ``early_copy`` are
     on where the rules take them; False turns them off.
 
-    ``bn`` takes 112 / 144 / 176 / 208 on sm90 only (16-column sub-tiles).
+    ``bn`` takes 112 / 144 / 176 / 208 on sm90 only (16-column sub-tiles). ``bm`` 64:
+    64-row tiles on one MMA warp group, for the plain sm90 GEMM (``gemm_only``) of bf16 /
+    fp16 operands on 1-CTA tiles; the fused op refuses it.
     ``pingpong``: ping-pong MMA warp groups; None: the GEMM alone takes them where
     ``launch.rules.choose_gemm_pingpong`` does (one GPU measures it), the fused op never.
 
@@ -82,6 +85,7 @@ class Tuning:
     """
 
     bn: int | None = None
+    bm: int | None = None
     cta_group: int | None = None
     lag: int | None = None
     band: int | None = None
@@ -146,6 +150,8 @@ def _valid(name: str, v: Any) -> bool:
         return v is None or _is_bool(v)
     if name == "bn":
         return v is None or (_is_int(v) and v in TILE_NS)
+    if name == "bm":
+        return v is None or (_is_int(v) and v in TILE_MS)
     if name == "cta_group":
         return v is None or (_is_int(v) and v in (1, 2))
     if name == "lag":

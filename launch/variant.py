@@ -77,6 +77,8 @@ class Variant:
     thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
     (its first warp group needs few registers), BN <= 160 beside communication warps.
     ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``).
+    ``bm`` 64 (the plain GEMM on 1-CTA tiles, bf16 / fp16): 64-row tiles on one MMA warp
+    group (256 threads), for small M where 128-row tiles leave SMs idle or rows empty.
     """
 
     arch: str
@@ -108,6 +110,7 @@ class Variant:
     dtype: str = "bf16"  # the output (and x, w): "bf16" or "f16" (launch.comm_warps.DTYPES)
     in_dtype: str = ""  # "e4m3": fp8 x and w, scaled (launch.comm_warps.IN_DTYPES); "": dtype
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
+    bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""
@@ -120,6 +123,7 @@ class Variant:
         tune += f" {self.dtype}" if self.dtype != "bf16" else ""
         tune += f" in={self.in_dtype}" if self.in_dtype else ""
         tune += " bias" if self.bias else ""
+        tune += f" BM={self.bm}" if self.bm != 128 else ""
         return f"{self.arch} BN={self.bn} world={self.world} {self.mode} {self.transport}{cg}{tune}"
 
 

@@ -12,7 +12,8 @@ with the ratio torch.mm / column.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
-``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``sk`` (the split-K
+``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``bm64`` (64-row
+tiles on one MMA warp group; 1-CTA), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
@@ -61,6 +62,8 @@ def column_knobs(name: str) -> dict:
             knobs["cta_group"] = int(part[1])
         elif part.startswith("bn") and part[2:].isdigit():
             knobs["bn"] = int(part[2:])
+        elif part.startswith("bm") and part[2:].isdigit():
+            knobs["bm"] = int(part[2:])
         elif part.startswith("stages") and part[6:].isdigit():
             knobs["stages"] = int(part[6:])
         elif part == "sk":
@@ -75,7 +78,7 @@ def column_knobs(name: str) -> dict:
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"stagesN, sk, pn, bandB, ts, ts0, pp, pp0, joined with +)")
+                             f"bmR, stagesN, sk, pn, bandB, ts, ts0, pp, pp0, joined with +)")
     return knobs
 
 

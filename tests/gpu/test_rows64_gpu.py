@@ -1,0 +1,68 @@
+"""64-row tiles (``Tuning.bm=64``): the plain GEMM on one MMA warp group, against float64 and
+bitwise against 128-row tiles of the same width (each output element sums K in the same
+order), with partial tile rows and columns, the TMA and thread stores, the split-K tail and
+fp16; refused on the fused op before any launch, the op still usable after.
+
+mpirun -n 2 python -m pytest -q tests/gpu/test_rows64_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_ops import get_op
+from rsar_core import RsarValueError
+from rsar_core.reference import rank_inputs, rel_error
+from test_fused_gpu import TOL, check_gemm_only_bitwise, knobs
+
+
+def _dev() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.mark.parametrize("form", ["ts", "ts0"])
+@pytest.mark.parametrize("bn", [64, 112, 128, 176, 256])
+@pytest.mark.parametrize("N", [7168, 2880, 1000])
+@pytest.mark.parametrize("M,K", [(1, 64), (63, 1024), (64, 4096), (65, 1024), (200, 4096),
+                                 (300, 1024), (1000, 9216)])
+def test_gemm_only_rows64(comm, M, K, N, bn, form):
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 13 + K + N + bn, op.rank, M, N, K, _dev())
+    fields = {"bn": bn, "cta_group": 1, "tma_store": form == "ts"}
+    with knobs(op, bm=64, **fields) as rows64, knobs(op, **fields) as rows128:
+        p = rows64.plan(M, K, mode="gemm")
+        assert p.bm == 64 and p.tiles_m == -(-M // 64) and p.bn == bn
+        check_gemm_only_bitwise(rows64, rows128, x, w)
+
+
+@pytest.mark.parametrize("M,K", [(200, 4096), (450, 9216), (1000, 4096)])
+def test_split_k_tail_rows64(comm, M, K):
+    op = get_op(comm, 7168, False)
+    x, w = rank_inputs(M + K, op.rank, M, op.N, K, _dev())
+    with knobs(op, bm=64, sk=True) as tail:
+        assert tail.plan(M, K, mode="gemm").bm == 64
+        y = tail.gemm_only(x, w)
+        torch.cuda.synchronize()
+        assert rel_error(y, x.double() @ w.double().t()) < TOL
+
+
+def test_fp16_rows64(comm):
+    op = get_op(comm, 7168, False, dtype=torch.float16)
+    x, w = rank_inputs(7, op.rank, 200, op.N, 1024, _dev(), dtype=torch.float16)
+    with knobs(op, bm=64) as rows64, knobs(op, bn=rows64.plan(200, 1024, mode="gemm").bn,
+                                           cta_group=1) as rows128:
+        check_gemm_only_bitwise(rows64, rows128, x, w)
+
+
+def test_fused_call_refused_then_usable(comm):
+    op = get_op(comm, 7168, False)
+    x, w = rank_inputs(3, op.rank, 200, op.N, 1024, _dev())
+    with knobs(op, bm=64) as rows64:
+        with pytest.raises(RsarValueError, match="64-row"):
+            rows64(x, w)
+        y = rows64.gemm_only(x, w)
+        torch.cuda.synchronize()
+        assert rel_error(y, x.double() @ w.double().t()) < TOL
+    y = op(x, w)
+    torch.cuda.synchronize()
+    op.check()

@@ -1,0 +1,78 @@
+"""64-row tiles (``Variant.bm`` 64, ``Tuning.bm``): the plain sm90 GEMM on one MMA warp group
+of 128 threads beside the producer / store warp group (256 threads). Here: they compile for
+sm_90a with a wgmma of 64 rows as wide as the tile, no spill or serialized wgmma; the kernel,
+the planner and the resolver refuse them wherever they have no form (fused ops, 2x1
+clusters, fp8, ping-pong, sm100) before anything compiles."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from ptx_checks import ptxas_log  # noqa: E402
+from launch import Hardware, Shape, Tuning, resolve  # noqa: E402
+from launch.plan import make_plan  # noqa: E402
+from launch.variant import Variant  # noqa: E402
+from rsar_core.errors import RsarValueError  # noqa: E402
+
+ROWS64 = [
+    Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 224, 2, "gemm", "unicast", push="tma", pdl=1, sk=1, bm=64),
+    Variant("sm_90a", 64, 2, "gemm", "unicast", push="tma", pdl=1, dtype="f16", bm=64),
+]
+
+
+@pytest.mark.parametrize("v", ROWS64, ids=lambda v: v.describe().replace(" ", "-"))
+def test_rows64_compile(ptx_of, v, tmp_path):
+    from launch.sm90_kernel import Sm90FusedKernel
+    k = Sm90FusedKernel(v)
+    assert (k.bm, k.threads, k.num_mma_threads, k.num_mma_wg) == (64, 256, 128, 1)
+    ptx = ptx_of(v)
+    assert f"wgmma.mma_async.sync.aligned.m64n{v.bn}k16" in ptx
+    assert ".reqntid 256, 1, 1" in ptx
+    log = ptxas_log(ptx, tmp_path)
+    assert " 0 bytes spill stores" in log, log[-800:]
+    for note in ("C7514", "C7517", "C7520"):
+        assert note not in log, log[-800:]
+
+
+@pytest.mark.parametrize("v", [
+    Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", 2, push="tma", bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1, bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", in_dtype="e4m3", bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", bm=96),
+], ids=["rs", "c2", "pingpong", "fp8", "bm96"])
+def test_kernel_refuses(v):
+    from launch.sm90_kernel import Sm90FusedKernel
+    with pytest.raises(ValueError, match="BM|64-row"):
+        Sm90FusedKernel(v)
+
+
+def test_plans_and_tuning():
+    p = make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64)
+    assert (p.bm, p.tiles_m, p.cta_group) == (64, 4, 1) and p.num_tiles == 4 * p.tiles_n
+    assert p.band == 16  # choose_band at K > 1024
+    assert make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, bn=112).tiles_n == 64
+    assert make_plan(200, 7168, 4096, 2, 132, "gemm").bm == 128
+    for bad in ({"mode": "rs"}, {"cta_group": 2}, {"sk": True}, {"arch": "sm_100a"}):
+        kw = {"mode": "gemm", **bad}
+        mode = kw.pop("mode")
+        with pytest.raises(ValueError, match="64-row"):
+            make_plan(200, 7168, 4096, 2, 132, mode, bm=64, **kw)
+    hw = Hardware("sm_90a", 132, 132)
+    plan, v = resolve(Shape(200, 7168, 1024, "gemm"), hw, 2, "unicast", tuning=Tuning(bm=64))
+    assert plan.bm == v.bm == 64 and not v.pingpong and "BM=64" in v.describe()
+    # 64-row tiles keep the rules' ping-pong out even where it would fire
+    assert not resolve(Shape(8192, 7168, 1024, "gemm"), hw, 2, "unicast",
+                       tuning=Tuning(bm=64))[1].pingpong
+    with pytest.raises(RsarValueError, match="Tuning.bm"):
+        Tuning(bm=96)
+    with pytest.raises(RsarValueError, match="64-row tiles run the plain GEMM"):
+        resolve(Shape(200, 7168, 1024, "rs"), hw, 2, "unicast", tuning=Tuning(bm=64))
+    from launch.resolve import Dtypes
+    with pytest.raises(RsarValueError, match="fp8"):
+        resolve(Shape(200, 7168, 1024, "gemm"), hw, 2, "unicast", Dtypes("bf16", "e4m3"),
+                Tuning(bm=64))
