@@ -53,12 +53,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if bm not in (None, BM):
-        if mode != "gemm" or arch in BLACKWELL or sk or cta_group not in (None, 1) or pair_n:
-            raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles, "
-                             "without the split-K tail")
+        if mode != "gemm" or arch in BLACKWELL or cta_group not in (None, 1) or pair_n:
+            raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles")
         plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=1,
                           pair_ctas=pair_ctas, lag=None, peers_first=False, bm=bm)
-        return replace(plan, band=choose_band(K, 1) if band is None else band)
+        plan = replace(plan, band=choose_band(K, 1) if band is None else band)
+        return with_sk(plan, arch) if sk else plan
     if (mode == "gemm" and pingpong is None and sk is None and band is None
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_gemm_pingpong(M, K)):
         pp = _gemm_pingpong(M, N, K, world, sm_count, pair_ctas)

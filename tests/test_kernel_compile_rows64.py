@@ -57,7 +57,8 @@ def test_plans_and_tuning():
     assert p.band == 16  # choose_band at K > 1024
     assert make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, bn=112).tiles_n == 64
     assert make_plan(200, 7168, 4096, 2, 132, "gemm").bm == 128
-    for bad in ({"mode": "rs"}, {"cta_group": 2}, {"sk": True}, {"arch": "sm_100a"}):
+    assert make_plan(300, 7168, 4096, 2, 132, "gemm", bm=64, sk=True).sk > 1
+    for bad in ({"mode": "rs"}, {"cta_group": 2}, {"pair_n": True}, {"arch": "sm_100a"}):
         kw = {"mode": "gemm", **bad}
         mode = kw.pop("mode")
         with pytest.raises(ValueError, match="64-row"):
