@@ -70,6 +70,8 @@ def entry_name(v: Any) -> str:
     in_dtype = getattr(v, "in_dtype", "")
     tune += f"_in{in_dtype}" if in_dtype else ""
     tune += "_bias" if getattr(v, "bias", 0) else ""
+    bm = getattr(v, "bm", 128)
+    tune += f"_bm{bm}" if bm != 128 else ""
     return (f"rsar_{v.arch}_bn{v.bn}_w{v.world}_{v.mode}_{v.transport}_cg{v.cta_group}{tune}"
             f"_{source_hash()}")
 

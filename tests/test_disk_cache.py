@@ -49,3 +49,18 @@ def test_entry_names_tell_every_tuning_knob_apart():
     base = Variant("sm_90a", 64, 2, "rs", "unicast", 2)
     names = {disk_cache.entry_name(dataclasses.replace(base, **{k: 1})) for k in TUNING}
     assert len(names) == len(TUNING) and disk_cache.entry_name(base) not in names
+
+
+def test_entry_names_tell_every_field_apart():
+    """Every Variant field, changed from its default, changes the entry's name: two variants
+    never share an object file (64-row tiles once did, loading the 128-row kernel's file)."""
+    import dataclasses
+    base = Variant("sm_90a", 128, 2, "gemm", "unicast")
+    other = {"arch": "sm_100a", "bn": 256, "world": 4, "mode": "rs", "transport": "multicast",
+             "cta_group": 2, "push": "tma", "dtype": "f16", "in_dtype": "e4m3", "bm": 64}
+    names = {disk_cache.entry_name(base)}
+    for f in dataclasses.fields(Variant):
+        value = other.get(f.name, 1 if isinstance(f.default, int) else None)
+        assert value is not None, f"no other value for {f.name}: add one here"
+        names.add(disk_cache.entry_name(dataclasses.replace(base, **{f.name: value})))
+    assert len(names) == 1 + len(dataclasses.fields(Variant))

@@ -34,7 +34,8 @@ def default_variant(call: list) -> Variant:
 
 @pytest.mark.parametrize("entry", RECORD["variants"], ids=lambda e: " ".join(map(str, e["call"])))
 def test_default_variant_unchanged(entry):
-    assert dataclasses.asdict(default_variant(entry["call"])) == entry["variant"]
+    # a field added since the record keeps its default there
+    assert default_variant(entry["call"]) == Variant(**entry["variant"])
 
 
 def test_the_table_spans_what_it_claims():
