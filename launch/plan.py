@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, TilePlan,
-                       ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths, with_sk)
-from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, SPLIT_ROW_GAIN, choose_band,
-                    choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_pingpong, choose_gemm_width, choose_push_all, choose_sk,
-                    choose_sm100, choose_small_m, lane_cost)
+from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, TILE_MS,
+                       TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths, with_sk)
+from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
+                    choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
+                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_width,
+                    choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
 
 
 def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
@@ -49,9 +49,14 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     on runs ping-pong warp groups where ``choose_gemm_pingpong`` says so (``_gemm_pingpong``;
     the plan's ``pingpong`` tells the resolver); False: the other rules. ``bm`` 64: 64-row
     tiles (the plain sm90 GEMM on 1-CTA tiles; ``launch.geometry.TILE_MS``), the width of
-    least ``lane_cost`` unless ``bn`` is given; None or 128: 128-row tiles."""
+    least ``lane_cost`` unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones
+    where ``choose_gemm_rows64`` says so for a plain GEMM nothing else was forced on."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if (mode == "gemm" and bm is None and not sk
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
+            and choose_gemm_rows64(M, N, sm_count)):
+        bm, bn = TILE_MS[0], ROWS64_BN
     if bm not in (None, BM):
         if mode != "gemm" or arch in BLACKWELL or cta_group not in (None, 1) or pair_n:
             raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles")

@@ -166,6 +166,12 @@ def _pingpong_free(shape: Shape, dtypes: Dtypes, t: Tuning, op_push: str) -> boo
             and not t.epi_slots and t.stages is None)
 
 
+def _rows64_free(shape: Shape, dtypes: Dtypes, t: Tuning) -> bool:
+    """Whether ``choose_gemm_rows64`` may decide: the plain GEMM of bf16 / fp16 operands
+    without ping-pong or a trace."""
+    return shape.mode == "gemm" and not dtypes.operands and not t.pingpong and not t.trace
+
+
 def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes, t: Tuning,
           op_push: str) -> TilePlan:
     M, N, mode, arch = shape.M, shape.N, shape.mode, hw.arch
@@ -192,7 +198,8 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          flat=t.flat if sm90 else False,
                          sk=t.sk if sm90 and not t.pingpong else False,
                          split_row=t.split_row if sm90 else False,
-                         pingpong=None if pp_rule else False, bm=t.bm)
+                         pingpong=None if pp_rule else False,
+                         bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128)
     except RsarValueError:
         raise
     except ValueError as e:

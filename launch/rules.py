@@ -11,6 +11,7 @@ shapes it moved.
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM, a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_pingpong`` | sm90 plain GEMM, K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
+| ``choose_gemm_rows64`` | sm90 plain GEMM, M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
 | ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
@@ -193,6 +194,20 @@ def choose_gemm_pingpong(M: int, K: int) -> bool:
     K=1024, M 4096-16384 +2.3% to +15% at all six shapes (16384 x 7168: 1.00x -> 1.15x
     cuBLAS); at K=4096 mixed (-6% to +7%), at M=2048 -4% to +2%."""
     return K <= 1024 and M >= 4096
+
+
+# The width of the plain GEMM's 64-row tiles at M <= 64 (``choose_gemm_rows64``)
+ROWS64_BN = 112
+
+
+def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
+    """Whether the plain sm90 GEMM (bf16 / fp16, nothing forced) runs 64-row tiles
+    ``ROWS64_BN`` wide: at M <= 64, where a 128-row tile computes at least half empty rows.
+    One H100 (docs/PERF.md (ai)): at M=64 faster than the default 64-wide 128-row tiles at
+    all 12 shapes (N 7168 / 8192 / 2880 / 5120, K 1024-9216), +4% to +53% (64 x 5120 x 9216:
+    0.66x -> 1.00x cuBLAS; 64 x 7168 x 4096: 0.78x -> 1.01x). At M=192 / 320 (an odd count
+    of 64-row halves) they won with some widths and lost with others (-30%): no rule."""
+    return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:

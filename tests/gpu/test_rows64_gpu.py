@@ -67,3 +67,16 @@ def test_fused_call_refused_then_usable(comm):
     y = op(x, w)
     torch.cuda.synchronize()
     op.check()
+
+
+@pytest.mark.parametrize("N", [7168, 2880, 5120])
+@pytest.mark.parametrize("M,K", [(1, 1024), (17, 4096), (64, 1024), (64, 9216)])
+def test_default_rule_rows64(comm, M, K, N):
+    """``choose_gemm_rows64``: what the GEMM alone runs by default at M <= 64, bitwise
+    against 128-row tiles of its width."""
+    op = get_op(comm, N, False)
+    p = op.plan(M, K, mode="gemm")
+    assert p.bm == 64
+    x, w = rank_inputs(M * 17 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, bm=128, bn=p.bn, cta_group=1) as rows128:
+        check_gemm_only_bitwise(op, rows128, x, w)
