@@ -24,7 +24,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
               split_row: bool | None = None, pingpong: bool | None = False,
-              bm: int | None = None) -> TilePlan:
+              bm: int | None = None, fine: bool = True) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
     finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
@@ -50,7 +50,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     the plan's ``pingpong`` tells the resolver); False: the other rules. ``bm`` 64: 64-row
     tiles (the plain sm90 GEMM on 1-CTA tiles; ``launch.geometry.TILE_MS``), the width of
     least ``lane_cost`` unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones
-    where ``choose_gemm_rows64`` says so for a plain GEMM nothing else was forced on."""
+    where ``choose_gemm_rows64`` says so for a plain GEMM nothing else was forced on.
+    ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (mode == "gemm" and bm is None and not sk
@@ -111,8 +112,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if (mode == "gemm" and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         plan = _gemm_one_cta_if_cheaper(plan, pair_ctas)
-    if mode == "gemm" and not sk and plan.bn != 64 and _sm90_unforced(arch, bn, cta_group,
-                                                                     lag, pair_n):
+    if (mode == "gemm" and fine and not sk and plan.bn != 64
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         plan = _gemm_fine_if_cheaper(plan, pair_ctas)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan

@@ -156,20 +156,27 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 
 
+def _fill_rules(shape: Shape, dtypes: Dtypes) -> bool:
+    """Whether the plain GEMM's rules of docs/PERF.md (ai) (``FINE_GAIN``,
+    ``choose_gemm_pingpong``, ``choose_gemm_rows64``) may decide: bf16 operands, where they
+    were measured and their kernels checked on a GPU; fp16 and fp8 calls keep the plans
+    before them until a GPU run checks theirs."""
+    return shape.mode == "gemm" and dtypes.out == "bf16" and not dtypes.operands
+
+
 def _pingpong_free(shape: Shape, dtypes: Dtypes, t: Tuning, op_push: str) -> bool:
-    """Whether ``choose_gemm_pingpong`` may decide: the plain GEMM of bf16 / fp16 operands
-    with bulk-copy rows (its TMA store) whose Tuning leaves ping-pong, the TMA store and
-    the kernel's form to the rules."""
-    return (shape.mode == "gemm" and t.pingpong is None and t.tma_store is not False
-            and t.bm is None
-            and push_for(op_push, "gemm") == "tma" and not dtypes.operands and not t.trace
+    """Whether ``choose_gemm_pingpong`` may decide: ``_fill_rules``, bulk-copy rows (the TMA
+    store), and a Tuning that leaves ping-pong, the TMA store and the kernel's form to the
+    rules."""
+    return (_fill_rules(shape, dtypes) and t.pingpong is None and t.tma_store is not False
+            and t.bm is None and push_for(op_push, "gemm") == "tma" and not t.trace
             and not t.epi_slots and t.stages is None)
 
 
 def _rows64_free(shape: Shape, dtypes: Dtypes, t: Tuning) -> bool:
-    """Whether ``choose_gemm_rows64`` may decide: the plain GEMM of bf16 / fp16 operands
-    without ping-pong or a trace."""
-    return shape.mode == "gemm" and not dtypes.operands and not t.pingpong and not t.trace
+    """Whether ``choose_gemm_rows64`` may decide: ``_fill_rules``, without ping-pong or a
+    trace."""
+    return _fill_rules(shape, dtypes) and not t.pingpong and not t.trace
 
 
 def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes, t: Tuning,
@@ -199,6 +206,7 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          sk=t.sk if sm90 and not t.pingpong else False,
                          split_row=t.split_row if sm90 else False,
                          pingpong=None if pp_rule else False,
+                         fine=_fill_rules(shape, dtypes),
                          bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128)
     except RsarValueError:
         raise

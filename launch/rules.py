@@ -9,9 +9,9 @@ shapes it moved.
 | rule | condition | choice | PERF.md |
 |---|---|---|---|
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
-| ``FINE_GAIN`` | sm90 plain GEMM, a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
-| ``choose_gemm_pingpong`` | sm90 plain GEMM, K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
-| ``choose_gemm_rows64`` | sm90 plain GEMM, M <= 64 | 64-row tiles, 112 wide | (ai) |
+| ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
+| ``choose_gemm_pingpong`` | sm90 plain GEMM (bf16), K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
+| ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
 | ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
@@ -53,8 +53,9 @@ SPLIT_ROW_GAIN = 0.8
 # two and in line with the widths above.
 TILE_COST = {256: 1.0, 224: 1.03, 208: 1.045, 192: 1.06, 176: 1.09, 160: 1.12, 144: 1.15,
              128: 1.18, 112: 1.25}
-# The plain GEMM takes a width of ``launch.geometry.FINE_NS`` only where its lane cost is at
-# most this fraction of the plan the other rules chose (same cluster kind). One H100
+# The plain GEMM (bf16: ``launch.resolve._fill_rules``) takes a width of
+# ``launch.geometry.FINE_NS`` only where its lane cost is at most this fraction of the plan
+# the other rules chose (same cluster kind). One H100
 # (docs/PERF.md (ai)): that changed 16 of 96 shapes (N 7168 / 8192 / 2880 / 5120) and sped
 # up all 16, 1-28% (512 x 5120 x 4096: 256-wide tiles on 80 of 132 SMs -> 176-wide on
 # 120, 0.735x -> 0.936x cuBLAS); at 0.9 only the six N=5120 shapes moved.
@@ -186,7 +187,7 @@ def choose_gemm_cluster(M: int, K: int) -> int:
 
 
 def choose_gemm_pingpong(M: int, K: int) -> bool:
-    """Whether the plain sm90 GEMM (nothing forced) runs ping-pong MMA warp groups on 2x1
+    """Whether the plain sm90 GEMM (bf16, nothing forced) runs ping-pong MMA warp groups on 2x1
     clusters, at the width of least ``lane_cost`` among ``PINGPONG_NS``. Each warp group
     computes whole tiles by turns, so one tile's epilogue runs under the other's mainloop:
     worth most at short K, where the epilogue is a larger part of a tile, and with many
@@ -201,7 +202,7 @@ ROWS64_BN = 112
 
 
 def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
-    """Whether the plain sm90 GEMM (bf16 / fp16, nothing forced) runs 64-row tiles
+    """Whether the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles
     ``ROWS64_BN`` wide: at M <= 64, where a 128-row tile computes at least half empty rows.
     One H100 (docs/PERF.md (ai)): at M=64 faster than the default 64-wide 128-row tiles at
     all 12 shapes (N 7168 / 8192 / 2880 / 5120, K 1024-9216), +4% to +53% (64 x 5120 x 9216:
