@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, TILE_MS,
-                       TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths, with_sk)
+                       TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths,
+                       with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
                     choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_width,
@@ -128,16 +129,8 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     (3 rounds of 224-wide pairs against 2 of 256-wide 1-CTA tiles), 384 x 10240 0.66x ->
     0.94-0.99x, 256 x 4096 0.72-0.79x -> 0.86-0.90x (64-wide tiles on 128 SMs instead of
     128-wide pairs on 64); the grid's powers of two keep their plans."""
-    best = None
-    for b in (*tile_widths(pair.N), 64):
-        try:
-            p = _make_plan(pair.M, pair.N, pair.K, pair.world, pair.sm_count, "gemm",
-                           arch="sm_90a", bn=b, cta_group=1, pair_ctas=pair_ctas, lag=None,
-                           peers_first=False)
-        except ValueError:
-            continue
-        if best is None or lane_cost(p) < lane_cost(best):
-            best = p
+    best = _cheapest_gemm(pair.M, pair.N, pair.K, pair.world, pair.sm_count,
+                          (*tile_widths(pair.N), 64), 1, pair_ctas)
     if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
         return best
     return pair
@@ -147,19 +140,11 @@ def _gemm_fine_if_cheaper(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
     """The plain GEMM's plan of least ``lane_cost`` among the widths of ``FINE_NS`` on the
     same cluster kind, where it costs at most ``FINE_GAIN`` of ``plan``'s; else ``plan``:
     a width 16 past a multiple of 32 that ends a partial last wave (docs/PERF.md (ai))."""
-    best = plan
-    for b in FINE_NS:
-        if b > max(plan.N, BM):
-            continue
-        try:
-            p = _make_plan(plan.M, plan.N, plan.K, plan.world, plan.sm_count, "gemm",
-                           arch="sm_90a", bn=b, cta_group=plan.cta_group, pair_ctas=pair_ctas,
-                           lag=None, peers_first=False)
-        except ValueError:
-            continue
-        if lane_cost(p) <= FINE_GAIN * lane_cost(plan) and lane_cost(p) < lane_cost(best):
-            best = p
-    return best
+    best = _cheapest_gemm(plan.M, plan.N, plan.K, plan.world, plan.sm_count, FINE_NS,
+                          plan.cta_group, pair_ctas)
+    if best is not None and lane_cost(best) <= FINE_GAIN * lane_cost(plan):
+        return best
+    return plan
 
 
 def _gemm_pingpong(M: int, N: int, K: int, world: int, sm_count: int,
@@ -167,20 +152,27 @@ def _gemm_pingpong(M: int, N: int, K: int, world: int, sm_count: int,
     """The plain GEMM on 2x1 clusters for ping-pong warp groups: the width of least
     ``lane_cost`` among ``PINGPONG_NS`` (``choose_gemm_pingpong``), or None where no pair
     plan fits."""
-    best = None
-    for b in PINGPONG_NS:
-        if b > max(N, BM):
-            continue
-        try:
-            p = _make_plan(M, N, K, world, sm_count, "gemm", arch="sm_90a", bn=b, cta_group=2,
-                           pair_ctas=pair_ctas, lag=None, peers_first=False)
-        except ValueError:
-            continue
-        if best is None or lane_cost(p) < lane_cost(best):
-            best = p
+    best = _cheapest_gemm(M, N, K, world, sm_count, PINGPONG_NS, 2, pair_ctas)
     if best is None:
         return None
     return replace(best, band=choose_band(K, 2), pingpong=True)
+
+
+def _cheapest_gemm(M: int, N: int, K: int, world: int, sm_count: int, widths: tuple,
+                   cta_group: int, pair_ctas: int | None) -> TilePlan | None:
+    """The plain sm90 GEMM's plan of least ``lane_cost`` among ``widths`` (no wider than N
+    but 128; the first of equal cost) on ``cta_group``, or None where none can run."""
+    plans = []
+    for b in widths:
+        if b > max(N, BM):
+            continue
+        try:
+            plans.append(_make_plan(M, N, K, world, sm_count, "gemm", arch="sm_90a", bn=b,
+                                    cta_group=cta_group, pair_ctas=pair_ctas, lag=None,
+                                    peers_first=False))
+        except ValueError:
+            continue
+    return min(plans, key=lane_cost, default=None)
 
 
 def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int, *,
