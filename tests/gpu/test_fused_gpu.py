@@ -473,20 +473,25 @@ def test_gemm_only_tma_store(comm, M, N, K, force):
             check_gemm_only_bitwise(tma, plain, x, w)
 
 
-def check_gemm_only_bitwise(op: GemmRsAr, baseline: GemmRsAr, x: torch.Tensor,
-                            w: torch.Tensor) -> None:
-    """``op.gemm_only`` (an op retuned to what is tested): into a freed NaN block of the
-    output's size (the caching allocator hands it to y, so nothing is left unwritten),
-    against the float64 product, and bitwise equal to ``baseline.gemm_only`` (the same
-    plan without it)."""
-    M, N = x.shape[0], op.N
-    poison = torch.full((M, N), float("nan"), dtype=op.dtype, device=x.device)
+def check_gemm_only(op: GemmRsAr, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``op.gemm_only`` into a freed NaN block of the output's size (the caching allocator
+    hands it to y, so nothing is left unwritten), against the float64 product; y."""
+    poison = torch.full((x.shape[0], op.N), float("nan"), dtype=op.dtype, device=x.device)
     del poison
     y = op.gemm_only(x, w)
-    y0 = baseline.gemm_only(x, w)
     torch.cuda.synchronize()
     assert not torch.isnan(y).any()
     assert rel_error(y, x.double() @ w.double().t()) < TOL
+    return y
+
+
+def check_gemm_only_bitwise(op: GemmRsAr, baseline: GemmRsAr, x: torch.Tensor,
+                            w: torch.Tensor) -> None:
+    """``check_gemm_only`` of ``op`` (an op retuned to what is tested), and bitwise equal to
+    ``baseline.gemm_only`` (the same plan without it)."""
+    y = check_gemm_only(op, x, w)
+    y0 = baseline.gemm_only(x, w)
+    torch.cuda.synchronize()
     assert torch.equal(y, y0)
 
 

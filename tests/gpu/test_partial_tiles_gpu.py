@@ -10,7 +10,7 @@ import torch
 
 from gpu_ops import get_op
 from rsar_core.reference import rank_inputs, rel_error
-from test_fused_gpu import TOL, check, knobs, op_push
+from test_fused_gpu import TOL, check, check_gemm_only, knobs, op_push
 
 # 2880: a model family's hidden size (15 x 192, 18 x 160: whole at those widths, partial at
 # the others); 1000: not a multiple of 32, so the last sub-tile is partial too; 200: narrower
@@ -20,12 +20,7 @@ NS = [2880, 1000, 200]
 
 def _gemm_ok(op, seed: int, M: int, K: int) -> None:
     dev = torch.device("cuda", torch.cuda.current_device())
-    x, w = rank_inputs(seed, op.rank, M, op.N, K, dev)
-    bait = torch.full((M, op.N), float("nan"), dtype=torch.bfloat16, device=dev)
-    del bait
-    y = op.gemm_only(x, w)
-    assert not torch.isnan(y).any()
-    assert rel_error(y, x.double() @ w.double().t()) < TOL
+    check_gemm_only(op, *rank_inputs(seed, op.rank, M, op.N, K, dev))
 
 
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
