@@ -6,7 +6,8 @@
 # call; the demo refuses a one-GPU host.)
 # Each step has a time limit so a hang costs minutes, not the whole session; the summary
 # line of each step is printed at the end. RSAR_SKIP_FUSED=1 leaves out the fused suite (the
-# longest step) when it ran on its own.
+# longest step) when it ran on its own; RSAR_STEPS="fused partial ..." runs only the steps
+# named (a device call has 10 minutes: split the list over calls, the cache kept between them).
 # With RSAR_KERNEL_CACHE=DIR the kernels are compiled up front, in parallel: the default
 # variants and every variant an earlier run logged in DIR/variants.jsonl (the suites force
 # plans no default picks) or in tests/gpu/variants.jsonl; this run logs its own there. A second
@@ -18,10 +19,17 @@ mkdir -p "$out"
 export RSAR_TIMEOUT_S=${RSAR_TIMEOUT_S:-5} RSAR_GPU_REPORT=$out/report.json
 W=${RSAR_GPU_WORLD:-2}
 P="python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning"
+STEPS="fused partial fine_widths rows64 pingpong early_copy bias f16 fp8 embedding torch_op
+symmetric hf tp_mpirun tp_bias tp_torchrun hf_generate demo"
+for s in ${RSAR_STEPS:-}; do  # a misspelt step would skip silently
+  [[ " ${STEPS//$'\n'/ } " == *" $s "* ]] || { echo "unknown step $s (${STEPS//$'\n'/ })" >&2; exit 2; }
+done
 run() {  # name limit command...
   local name=$1 limit=$2; shift 2
+  [ -n "${RSAR_STEPS:-}" ] && [[ " $RSAR_STEPS " != *" $name "* ]] && [ "$name" != precompile ] && return
+  local t0=$SECONDS
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
-  echo "$name rc=$? :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup|rsar precompile' "$out/$name.log" | tail -1)"
+  echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|PASS|FAIL|speedup|rsar precompile' "$out/$name.log" | tail -1)"
 }
 if [ -n "${RSAR_KERNEL_CACHE:-}" ]; then
   export RSAR_VARIANT_LOG=${RSAR_VARIANT_LOG:-$RSAR_KERNEL_CACHE/variants.jsonl}
