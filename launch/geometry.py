@@ -92,6 +92,9 @@ computed all of K. A stored piece waits for nothing, so the wait on it cannot cl
 Every lane of the round starts at the same time, so the pieces of a k-slab are read together
 as in the rounds before (a stream-K split over the last G + R units, each lane at its own k
 offset, measured 15-45% slower here: x and w no longer shared in L2).
+The plain GEMM's single round of R < G units (small M: 26 tiles of 64 x 112 at N=2880) has
+no lanes of its own to cut onto, so ``with_sk`` widens its grid to R * S lanes, S = min(G // R,
+8, K-tiles): the same cut with F = 0, every SM streaming its share of w.
 
 Split rows (``split_row``; RS, the 1-CTA round order at widths 224 and 256)
 Where local_M is not a multiple of 128 a tile row holds rows of owners o-1 and o, and by
@@ -426,13 +429,19 @@ def list_swizzle(i: int, length: int, tiles_n: int, band: int) -> int:
 
 def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:
     """``plan`` with the split-K tail (module docstring) where it has a partial last round
-    to spread; unchanged elsewhere (whole rounds, one round, or an order it does not apply
-    to). Raises ValueError for a plan that can never take it."""
+    to spread (the plain GEMM's one partial round too, on a grid widened to its pieces);
+    unchanged elsewhere (whole rounds, a fused plan's one round, or too few K-tiles).
+    Raises ValueError for a plan that can never take it."""
     if arch in BLACKWELL or plan.cta_group != 1 or plan.push_all or not (
             plan.mode == "gemm" or (plan.peers_first and plan.flat)):
         raise ValueError("the split-K tail runs on sm90 1-CTA plans in a flat order (the "
                          "plain GEMM, flat peers-first)")
     kt = ceil_div(plan.K, BK)
+    if plan.mode == "gemm" and plan.num_units < min(plan.sm_count, SK_CTAS):
+        # one partial round: the grid grows to the lanes its pieces take (module docstring)
+        lanes = plan.num_units * min(plan.sm_count // plan.num_units, SK_MAX_PIECES, kt)
+        if lanes > plan.num_units:
+            plan = replace(plan, grid=lanes, chunk=lanes, rounds=1)
     pieces = sk_pieces(plan.chunk, plan.num_units, kt)
     if pieces < 2 or plan.chunk > SK_CTAS:
         return plan

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .geometry import BM, SK_CTAS, TILE_NS, ceil_div, max_recv_slots, padded_n
+from .geometry import (BM, SK_CTAS, SK_MAX_PIECES, TILE_NS, ceil_div, max_recv_slots,
+                       padded_n)
 
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
@@ -62,9 +63,11 @@ class WorkspaceLayout:
         max_tiles = ceil_div(max_M, BM) * ceil_div(N, min(TILE_NS))  # the narrowest, the most
         # tile-indexed buffers hold whole tiles: a partial last tile column's too
         n_tiles = padded_n(N)
-        # one split-K slot per lane that can store a piece (at most one a launch); a lane
-        # below the unit count, so at any width no more than one fp32 copy of the rows
-        sk_bytes = min(SK_CTAS * BM * max(TILE_NS), ceil_div(max_M, BM) * BM * n_tiles) * 4
+        # one split-K slot per lane that can store a piece (at most one a launch): a lane below
+        # the unit count, or in the plain GEMM's one widened round below SK_MAX_PIECES times
+        # it, so at any width no more than that many fp32 copies of the rows
+        sk_bytes = min(SK_CTAS * BM * max(TILE_NS),
+                       SK_MAX_PIECES * ceil_div(max_M, BM) * BM * n_tiles) * 4
         off = _up(SK_SLOTS_OFF + sk_bytes)
         arrive_off = off
         off = _up(off + 4 * max_tiles * world)

@@ -13,7 +13,8 @@ from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, 
                        with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_width,
+                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_split,
+                    choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
 
 
@@ -55,9 +56,10 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if (mode == "gemm" and bm is None and not sk
-            and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
-            and choose_gemm_rows64(M, N, sm_count)):
+    rows64_rule = (mode == "gemm" and bm is None and not sk
+                   and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
+                   and choose_gemm_rows64(M, N, sm_count))
+    if rows64_rule:
         bm, bn = TILE_MS[0], ROWS64_BN
     if bm not in (None, BM):
         if mode != "gemm" or arch in BLACKWELL or cta_group not in (None, 1) or pair_n:
@@ -65,6 +67,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=1,
                           pair_ctas=pair_ctas, lag=None, peers_first=False, bm=bm)
         plan = replace(plan, band=choose_band(K, 1) if band is None else band)
+        if rows64_rule and sk is None and band is None:
+            split = with_sk(plan, arch)
+            return split if choose_gemm_split(M, K, split.sk) else plan
         return with_sk(plan, arch) if sk else plan
     if (mode == "gemm" and pingpong is None and sk is None and band is None
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_gemm_pingpong(M, K)):

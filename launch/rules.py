@@ -12,6 +12,7 @@ shapes it moved.
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_pingpong`` | sm90 plain GEMM (bf16), K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
+| ``choose_gemm_split`` | those 64-row tiles, K >= 4096, 5+ pieces or M <= 16 | one round cut along K onto idle SMs | (aj) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
 | ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
@@ -209,6 +210,19 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
     0.66x -> 1.00x cuBLAS; 64 x 7168 x 4096: 0.78x -> 1.01x). At M=192 / 320 (an odd count
     of 64-row halves) they won with some widths and lost with others (-30%): no rule."""
     return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
+
+
+def choose_gemm_split(M: int, K: int, pieces: int) -> bool:
+    """Whether the plain GEMM's one round of 64-row tiles (``choose_gemm_rows64``) is cut along
+    K onto a grid widened to ``pieces`` lanes a tile (``launch.geometry.with_sk``): there a
+    round of ``ceil(N / 112)`` tiles leaves most SMs idle while each tile streams its share of
+    w. One H100 (docs/PERF.md (aj), M 1-64, N 2880 / 5120 / 7168, K 1024 / 4096 / 9216,
+    against the unsplit tiles in the same run): at N=2880 (5 pieces) K >= 4096 it won or tied
+    at every M (+13% to +36% at K=9216: 1 x 2880 x 9216 0.65x -> 0.89x cuBLAS); with 2 pieces
+    (N 5120 / 7168) +3% to +24% at M <= 16, mixed at M=32 (-5% to +7%) and -1% to -10% from
+    M=48 (the unsplit tiles slow down as M shrinks, the cut ones do not); at K=1024 it lost
+    everywhere (-15% to -40%): the merge outweighs the k-blocks it spreads."""
+    return K >= 4096 and pieces >= 2 and (pieces >= 5 or M <= 16)
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:

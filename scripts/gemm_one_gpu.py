@@ -14,7 +14,8 @@ Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that p
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
 ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``bm64`` (64-row
 tiles on one MMA warp group; 1-CTA), ``sk`` (the split-K
-tail: a partial last round's tiles cut along K onto the idle SMs; 1-CTA), ``pn`` (2x1
+tail: a partial last round's tiles cut along K onto the idle SMs, the plain GEMM's one round
+onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
@@ -66,8 +67,8 @@ def column_knobs(name: str) -> dict:
             knobs["bm"] = int(part[2:])
         elif part.startswith("stages") and part[6:].isdigit():
             knobs["stages"] = int(part[6:])
-        elif part == "sk":
-            knobs["sk"] = True
+        elif part in ("sk", "sk0"):
+            knobs["sk"] = part == "sk"
         elif part == "pn":
             knobs["pair_n"] = True
         elif part in ("pp", "pp0"):
@@ -78,7 +79,7 @@ def column_knobs(name: str) -> dict:
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, pn, bandB, ts, ts0, pp, pp0, joined with +)")
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, joined with +)")
     return knobs
 
 

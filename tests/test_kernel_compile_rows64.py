@@ -20,6 +20,8 @@ ROWS64 = [
     Variant("sm_90a", 256, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=64),
     Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=64),
     Variant("sm_90a", 224, 2, "gemm", "unicast", push="tma", pdl=1, sk=1, bm=64),
+    # choose_gemm_split's default: 64-row tiles, one round cut along K, TMA stores
+    Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, sk=1, bm=64),
     Variant("sm_90a", 64, 2, "gemm", "unicast", push="tma", pdl=1, dtype="f16", bm=64),
 ]
 

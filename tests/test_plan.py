@@ -95,6 +95,34 @@ def test_gemm_pingpong_plans():
     assert not make_plan(4096, 7168, 2048, 2, 132, "gemm", pingpong=None).pingpong
 
 
+def test_gemm_split_one_round_rule():
+    """``choose_gemm_split``: the plain GEMM's 64-row round at M <= 64 cut along K (a grid of
+    tiles x pieces) at K >= 4096 with 5+ pieces, or 2+ at M <= 16; never where the caller
+    forced ``sk``, a width or the rows, nor at K=1024, nor where no SM is left (N=8192: 74
+    tiles)."""
+    from launch.rules import choose_gemm_split
+    split = set()
+    for M, N, K in itertools.product((1, 16, 17, 48, 64, 65), (2880, 5120, 7168, 8192),
+                                     (1024, 4096, 9216)):
+        p = make_plan(M, N, K, 2, 132, "gemm")
+        if M > 64:
+            assert p.bm == 128 and not p.sk
+            continue
+        units = -(-N // 112)
+        pieces = min(132 // units, 8)
+        assert p.bm == 64 and p.bn == 112 and p.num_units == units
+        want = choose_gemm_split(M, K, pieces)
+        assert p.sk == (pieces if want else 0)
+        assert p.grid == (units * pieces if want else units)
+        if want:
+            split.add((M, N, K))
+        assert not make_plan(M, N, K, 2, 132, "gemm", sk=False).sk
+        assert not make_plan(M, N, K, 2, 132, "gemm", bm=64, bn=112).sk
+        assert not make_plan(M, N, K, 2, 132, "gemm", band=0).sk
+    assert (1, 2880, 9216) in split and (48, 2880, 4096) in split and (16, 7168, 4096) in split
+    assert not any(K == 1024 or N == 8192 or (M > 16 and N != 2880) for M, N, K in split)
+
+
 @pytest.mark.parametrize("mode", ["rs", "ar"])
 def test_small_m_choice(mode):
     """sm90 fused plans at small M: 64-wide tiles peers-first for one tile row (and two at
@@ -828,15 +856,24 @@ def test_split_k_tail_covers_every_unit_once(mode, kw):
     """``TilePlan.sk``: every tile finished once per rank; the last round's units cut into
     S pieces on S neighbouring lanes that cover K in order, the first piece the finishing
     one; the rounds before as in the plain plan; no partial round or too few k-tiles: the
-    plain plan."""
+    plain plan. The plain GEMM's one partial round of R units: a grid of R * S lanes."""
+    widened = 0
     for M, N, K in [(576, 7168, 4096), (700, 8192, 9216), (1152, 7168, 2048), (300, 7168, 64),
-                    (3000, 8192, 4160), (2048, 7168, 1024), (128, 7168, 4096), (200, 7168, 128)]:
-        for world in (2, 4):
-            p = make_plan(M, N, K, world, 132, mode, sk=True, **kw)
-            plain = make_plan(M, N, K, world, 132, mode, **kw,
+                    (3000, 8192, 4160), (2048, 7168, 1024), (128, 7168, 4096), (200, 7168, 128),
+                    (256, 7168, 9216), (1, 2880, 9216), (64, 5120, 1024), (40, 1000, 4096)]:
+        for world, bm in ((2, None), (4, None), (2, 64)):
+            if bm and mode != "gemm":
+                continue
+            p = make_plan(M, N, K, world, 132, mode, sk=True, bm=bm, **kw)
+            plain = make_plan(M, N, K, world, 132, mode, bm=bm, **kw,
                               **({"cta_group": 1} if mode == "gemm" else {}))
-            f, r = divmod(p.num_units, p.chunk)
             kt = -(-K // 64)
+            one = mode == "gemm" and plain.rounds == 1 and plain.num_units < 132
+            s = min(132 // plain.num_units, 8, kt) if one else 0
+            if one and s >= 2:
+                assert p.grid == p.chunk == plain.num_units * s and p.rounds == 1
+                widened += 1
+            f, r = divmod(p.num_units, p.chunk)
             if r == 0 or min(p.chunk // r, 8, kt) < 2:
                 assert p == plain
                 continue
@@ -864,6 +901,7 @@ def test_split_k_tail_covers_every_unit_once(mode, kw):
                     assert segs[-1][1] == kt and len(segs) in (1, s)
                     if len(segs) == s:
                         assert [x[2] for x in segs] == list(range(segs[0][2], segs[0][2] + s))
+    assert (widened > 0) == (mode == "gemm")
 
 
 def test_split_k_tail_refuses_orders_it_cannot_cut():
@@ -879,20 +917,22 @@ def test_split_k_slots_fit_the_workspace():
     """Every lane that stores a split-K piece (``TilePlan.sk``) has its slot, at its width,
     inside the SK region (before ARRIVE), for any max_M from the call's M up."""
     from launch.layout import SK_SLOTS_OFF, WorkspaceLayout
-    from launch.geometry import BM
     for N, K in itertools.product((384, 7168, 8192, *PARTIAL_N), (1024, 9216)):
         for M in (1, 129, 300, 576, 640, 1152, 3000):
             for mode, kw in (("rs", {"flat": True}), ("ar", {"flat": True}), ("gemm", {})):
-                for bn in (None, 64, 128, 160, 192, 256):
-                    p = make_plan(M, N, K, 2, 132, mode, sk=True, bn=bn, **kw)
+                for bn, bm in itertools.product((None, 64, 112, 128, 160, 192, 256),
+                                                (None, 64)):
+                    if bm and mode != "gemm":
+                        continue
+                    p = make_plan(M, N, K, 2, 132, mode, sk=True, bn=bn, bm=bm, **kw)
                     if not p.sk:
                         continue
                     lanes = [c for c in range(p.grid) for r in range(p.rounds)
                              if p.segment(c, r)[1] > 0]
                     for max_M in (M, 8192):
                         lay = WorkspaceLayout.build(max_M, N, 2)
-                        end = SK_SLOTS_OFF + (max(lanes) + 1) * BM * p.bn * 4
-                        assert end <= lay.arrive_off, (M, N, K, mode, bn, max_M)
+                        end = SK_SLOTS_OFF + (max(lanes) + 1) * p.bm * p.bn * 4
+                        assert end <= lay.arrive_off, (M, N, K, mode, bn, bm, max_M)
 
 
 # ---------------------------------------------------------------- RS lists at a shared tile row

@@ -295,13 +295,15 @@ def test_push_all_ar(comm, M, N, K, bn):
                                  (256, 2048)])
 def test_default_small_m_plans(comm, M, K):
     """The small-M defaults (``choose_push_all``, ``choose_gemm_width``): push-all AR where
-    the rule picks it at world 2 over unicast, 64-wide tiles for the GEMM alone at one tile
-    row; correct, and AR's result the same on both ranks bit for bit."""
+    the rule picks it at world 2 over unicast; for the GEMM alone 64-row tiles 112 wide at M
+    <= 64 (``choose_gemm_rows64``), 64-wide tiles at one tile row above; correct, and AR's
+    result the same on both ranks bit for bit."""
     op = get_op(comm, 7168, True)
     push_all = comm.Get_size() == 2 and op.transport == "unicast" and (
         M <= 128 or (M <= 256 and K >= 4096))
     assert op.plan(M, K).push_all == push_all
-    assert (op.plan(M, K, "gemm").bn == 64) == (M <= 128)
+    g = op.plan(M, K, "gemm")
+    assert (g.bm, g.bn) == (64, 112) if M <= 64 else (g.bm == 128 and (g.bn == 64) == (M <= 128))
     x, w = _check_same_on_every_rank(comm, op, M * 13 + K, M, K)
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
@@ -783,6 +785,25 @@ def test_split_k_tail_gemm_only(comm, M, K, bn):
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-2, err
+
+
+@pytest.mark.parametrize("N", [7168, 2880, 1000])
+@pytest.mark.parametrize("M,K,bm,bn", [(1, 9216, 64, 112), (40, 4096, 64, 256), (64, 1024, 64, 112),
+                                       (63, 192, 64, 112), (128, 4096, None, 256),
+                                       (256, 9216, None, 256), (200, 2048, None, 256)])
+def test_split_k_one_round_gemm_only(comm, M, N, K, bm, bn):
+    """The plain GEMM's one partial round cut along K onto a grid widened to its pieces
+    (``launch.geometry.with_sk``), 64- and 128-row tiles: three fresh inputs against float64 on
+    a NaN-poisoned output; then the unsplit default on the same workspace (flags cleared)."""
+    op = get_op(comm, N, False)
+    with knobs(op, sk=True, bm=bm, bn=bn) as split:
+        p = split.plan(M, K, "gemm")
+        assert p.rounds == 1 and p.sk >= 2 and p.grid == p.num_units * p.sk, p
+        for i in range(3):
+            x, w = rank_inputs(M * 5 + K + N + i, op.rank, M, N, K,
+                               torch.device("cuda", torch.cuda.current_device()))
+            check_gemm_only(split, x, w)
+    check_gemm_only(op, x, w)
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split-row", "whole-rows"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gpu_ops import get_op
+from launch.rules import choose_gemm_split
 from rsar_core import RsarValueError
 from rsar_core.reference import rank_inputs
 from test_fused_gpu import check_gemm_only, check_gemm_only_bitwise, knobs
@@ -66,13 +67,16 @@ def test_fused_call_refused_then_usable(comm):
 
 
 @pytest.mark.parametrize("N", [7168, 2880, 5120])
-@pytest.mark.parametrize("M,K", [(1, 1024), (17, 4096), (64, 1024), (64, 9216)])
+@pytest.mark.parametrize("M,K", [(1, 1024), (8, 9216), (17, 4096), (64, 1024), (64, 9216)])
 def test_default_rule_rows64(comm, M, K, N):
-    """``choose_gemm_rows64``: what the GEMM alone runs by default at M <= 64, bitwise
-    against 128-row tiles of its width."""
+    """``choose_gemm_rows64`` / ``choose_gemm_split``: what the GEMM alone runs by default at
+    M <= 64 (one round cut along K where the rule says so), bitwise against 128-row tiles of
+    its width cut the same way."""
     op = get_op(comm, N, False)
     p = op.plan(M, K, mode="gemm")
-    assert p.bm == 64
+    pieces = min(op.sm_count // -(-N // p.bn), 8)
+    assert p.bm == 64 and p.sk == (pieces if choose_gemm_split(M, K, pieces) else 0)
     x, w = rank_inputs(M * 17 + K + N, op.rank, M, N, K, _dev())
-    with knobs(op, bm=128, bn=p.bn, cta_group=1) as rows128:
+    with knobs(op, bm=128, bn=p.bn, cta_group=1, sk=bool(p.sk)) as rows128:
+        assert rows128.plan(M, K, mode="gemm").sk == p.sk
         check_gemm_only_bitwise(op, rows128, x, w)
