@@ -439,7 +439,7 @@ def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:
     kt = ceil_div(plan.K, BK)
     if plan.mode == "gemm" and plan.num_units < min(plan.sm_count, SK_CTAS):
         # one partial round: the grid grows to the lanes its pieces take (module docstring)
-        lanes = plan.num_units * min(plan.sm_count // plan.num_units, SK_MAX_PIECES, kt)
+        lanes = plan.num_units * sk_pieces(plan.sm_count, plan.num_units, kt)
         if lanes > plan.num_units:
             plan = replace(plan, grid=lanes, chunk=lanes, rounds=1)
     pieces = sk_pieces(plan.chunk, plan.num_units, kt)
