@@ -225,6 +225,12 @@ def choose_gemm_split(M: int, K: int, pieces: int) -> bool:
     return K >= 4096 and pieces >= 2 and (pieces >= 5 or M <= 16)
 
 
+def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
+    """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``).
+    Not yet measured: off everywhere."""
+    return False
+
+
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:
     """The lag of a fused sm90 plan on 2x1 clusters, or None for 1-CTA tiles (``_make_plan``
     takes the pair plan only where it is allowed: lag 1 where ``pairs_whole`` and 3+ rounds

@@ -50,6 +50,7 @@ _ACCEPTS = {
     "push_ctas": "an int >= 0 (0: off; at most a quarter of the SMs)",
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
+    "k_stagger": "None, True or False",
     "trace": "True or False",
 }
 
@@ -82,6 +83,8 @@ class Tuning:
     Experiments, off by default until two GPUs time them: ``push_ctas`` CTAs that only
     push (RS); ``lean_exit`` the exit without system fences; ``pingpong=True`` on the fused
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
+    ``k_stagger``: each lane starts its k-blocks at its own offset (sm90, not with
+    block-wise fp8 scales); None: ``launch.rules.choose_k_stagger`` decides.
     """
 
     bn: int | None = None
@@ -106,6 +109,7 @@ class Tuning:
     push_ctas: int = 0
     lean_exit: bool | None = None
     pingpong: bool | None = None
+    k_stagger: bool | None = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -146,7 +150,7 @@ def _valid(name: str, v: Any) -> bool:
     if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
-                "tma_store", "lean_exit", "pingpong"):
+                "tma_store", "lean_exit", "pingpong", "k_stagger"):
         return v is None or _is_bool(v)
     if name == "bn":
         return v is None or (_is_int(v) and v in TILE_NS)
