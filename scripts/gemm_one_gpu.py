@@ -198,6 +198,31 @@ def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
     return [ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3 for i in range(iters)], attempt
 
 
+def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
+                  block: bool) -> None:
+    """Compile every (shape, column) kernel the kernel cache lacks, in parallel, before any
+    timing (a sweep of new variants otherwise compiles them one at a time between shapes)."""
+    from launch.disk_cache import cache_dir
+    out = cache_dir()
+    if out is None:
+        print("--build-jobs: RSAR_KERNEL_CACHE is not set; compiling as each column runs",
+              flush=True)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from precompile import build, cached
+    vs: dict = {}
+    for M, N, K in a.shape_list:
+        for name in a.column_list:
+            try:
+                vs[column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block)[1]] = None
+            except ValueError:
+                continue
+    held = set(cached(list(vs), out))
+    todo = [v for v in vs if v not in held]
+    print(f"--build-jobs: {len(todo)} kernels to build, {len(held)} in {out}", flush=True)
+    build(todo, out, a.build_jobs)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--columns", default="default", help="comma-separated (see above)")
@@ -209,6 +234,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the columns of each block in an order drawn from SEED (default: "
                         "as listed; a column listed first runs first in every block)")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--build-jobs", type=int, default=0, metavar="J",
+                   help="first compile every column's kernel that RSAR_KERNEL_CACHE lacks on "
+                        "J processes (default 0: each compiles at its first shape, one by one)")
     p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
                    help="element type of x, w and the output, for both kernels (default "
                         "bf16; e4m3: fp8 operands, bf16 results, against torch._scaled_mm)")
@@ -269,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     # after the first allocation: the occupancy probe loads a module into the current context
     from rsar_core.gemm_rsar import _pair_ctas
     pair_ctas = _pair_ctas(dev.index, sm_count)
+    if a.build_jobs:
+        build_columns(a, sm_count, pair_ctas, block)
     rows = []
     for M, N, K in a.shape_list:
         sets = input_sets(M, N, K, dev, in_dtype, a.scales)

@@ -18,6 +18,11 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
+#   stagger (1 GPU) staggered k-blocks (Tuning.k_stagger) against the default plans: the GEMM
+#           alone at M 1-64 (N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216; with and
+#           without the one round cut along K) and on the grid's M 128-2048, its kernels built
+#           first on every core; then tests/gpu/test_k_stagger_gpu.py (on one GPU with
+#           RSAR_ALLOW_SHARED_GPU=1)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -41,7 +46,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 stagger new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -53,6 +58,11 @@ step() {  # name limit command...
   local name=$1 limit=$2 t0=$SECONDS; shift 2
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|geomean|rsar' "$out/$name.log" | tail -1)"
+}
+shapes() {  # "M..." "N..." -> M,N,K;... over K 1024 / 4096 / 9216
+  local M N K r=""
+  for N in $2; do for K in 1024 4096 9216; do for M in $1; do r+="$M,$N,$K;"; done; done; done
+  echo "${r%;}"
 }
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
 PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn128,ar_pp128,ar_bn160,ar_pp160
@@ -80,6 +90,16 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
+    stagger)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      small=$(shapes "1 8 16 32 64" "2880 5120 7168 8192")
+      grid=$(shapes "128 256 512 1024 2048" "7168 8192")
+      step stagger_small 420 python3 scripts/gemm_one_gpu.py --columns default,ks,sk0,sk0+ks \
+        --shapes "$small" --build-jobs "$(nproc)" --json "$out/stagger_small.json"
+      step stagger_grid 300 python3 scripts/gemm_one_gpu.py --columns default,ks \
+        --shapes "$grid" --build-jobs "$(nproc)" --json "$out/stagger_grid.json"
+      step stagger_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_k_stagger_gpu.py ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

@@ -133,6 +133,13 @@ def cached(vs: list, out: Path) -> list:
     return [v for v in vs if entry_path(v, out).is_file()]
 
 
+def build(vs: list, out: Path, jobs: int) -> None:
+    """Compile ``vs`` into the kernel cache ``out`` on ``jobs`` processes, a line each."""
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, dt in pool.map(_build, [(v, str(out)) for v in vs]):
+            print(f"  {name}: {dt:.1f} s", flush=True)
+
+
 def _build(args: tuple) -> tuple[str, float]:
     v, out = args
     from launch import disk_cache
@@ -190,11 +197,9 @@ def main() -> int:
     held = set() if a.force else set(cached(vs, Path(a.out)))
     if held:
         print(f"  {len(held)} variants already in {a.out}: kept", flush=True)
-    todo = [(v, a.out) for v in vs if v not in held]
+    todo = [v for v in vs if v not in held]
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for name, dt in pool.map(_build, todo):
-            print(f"  {name}: {dt:.1f} s", flush=True)
+    build(todo, Path(a.out), a.jobs)
     print(f"rsar precompile: {len(todo)} variants built for {a.arch}, world {a.world}, "
           f"{len(held)} kept, into {a.out} "
           f"in {time.perf_counter() - t0:.0f} s")

@@ -231,3 +231,47 @@ def test_each_column_is_checked_on_what_it_computed():
     err[0] = 3
     with pytest.raises(RuntimeError, match="writes at 8x4x16"):
         check_columns({"writes": writes}, (x, w), y, ref, err, "8x4x16")
+
+
+def test_stagger_columns_change_only_the_rotation():
+    import dataclasses
+    mod = _module()
+    for M, K in ((1, 4096), (64, 9216), (2048, 1024)):
+        plan, v = mod.column_plan("default", M, 7168, K)
+        for name, on in (("ks", 1), ("ks0", 0)):
+            p, vk = mod.column_plan(name, M, 7168, K)
+            assert p == plan and vk == dataclasses.replace(v, k_stagger=on)
+    # joined with the split-K switch, each keeps its own field
+    _, v = mod.column_plan("sk0+ks", 1, 7168, 4096)
+    assert (v.sk, v.k_stagger) == (0, 1)
+
+
+def test_build_jobs_compiles_what_the_cache_lacks_once(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+    mod = _module()
+    sys.path.insert(0, str(Path(mod.__file__).resolve().parent))
+    import precompile
+    built = []
+    monkeypatch.setattr(precompile, "build", lambda vs, out, jobs: built.append((vs, out, jobs)))
+    monkeypatch.setenv("RSAR_KERNEL_CACHE", str(tmp_path))
+    a = mod.parse(["--columns", "default,ks,sk0", "--shapes", "1,7168,4096;8,7168,4096",
+                   "--build-jobs", "3"])
+    mod.build_columns(a, 132, None, False)
+    (vs, out, jobs), = built
+    assert out == tmp_path and jobs == 3
+    want = {mod.column_plan(c, M, 7168, 4096)[1] for c in ("default", "ks", "sk0")
+            for M in (1, 8)}
+    assert set(vs) == want and len(vs) == len(want)
+    # what the cache already holds is not built again
+    from launch.disk_cache import entry_path
+    held = vs[0]
+    entry_path(held, tmp_path).write_bytes(b"x")
+    built.clear()
+    mod.build_columns(a, 132, None, False)
+    assert held not in built[0][0] and len(built[0][0]) == len(want) - 1
+    # without a cache to fill, nothing is built
+    monkeypatch.delenv("RSAR_KERNEL_CACHE")
+    built.clear()
+    mod.build_columns(a, 132, None, False)
+    assert built == []

@@ -25,3 +25,17 @@ def test_an_unknown_step_stops_the_steps_before_it(tmp_path):
     r = _run("out", "cache", "sweep1", "bogus", cwd=tmp_path)
     assert r.returncode == 2 and "unknown step bogus" in r.stderr
     assert list((tmp_path / "out").iterdir()) == []  # cache did not start
+
+
+def test_stagger_shapes_are_what_gemm_one_gpu_takes():
+    """The ``stagger`` step's shape lists (``shapes M... N...``) parse as --shapes: every M
+    and N over K 1024 / 4096 / 9216."""
+    text = SCRIPT.read_text()
+    fn = text[text.index("shapes() {"):]
+    fn = fn[:fn.index("\n}\n") + 3]
+    r = subprocess.run(["bash", "-c", fn + 'shapes "1 64" "2880 8192"'], capture_output=True,
+                       text=True, timeout=30)
+    from script_runs import load_script
+    a = load_script("gemm_one_gpu.py", "gemm_one_gpu").parse(["--shapes", r.stdout.strip()])
+    assert sorted(a.shape_list) == sorted((M, N, K) for M in (1, 64) for N in (2880, 8192)
+                                          for K in (1024, 4096, 9216))
