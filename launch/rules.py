@@ -30,6 +30,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
+| ``choose_k_stagger`` | nowhere yet (an experiment, docs/TUNING.md) | k-blocks in order | (aj) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -227,7 +228,10 @@ def choose_gemm_split(M: int, K: int, pieces: int) -> bool:
 
 def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
     """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``).
-    Not yet measured: off everywhere."""
+    Off everywhere until a GPU times it (``scripts/gpu_runs.sh OUT stagger``). Why it may win:
+    the GEMM alone's 64-row plan at one tile row slows as M shrinks, 55.9 us at M=64 to 66.1
+    at M=1 on 8192 x 9216 (one H100, docs/PERF.md (aj)), cuBLAS flat, where every CTA asks L2
+    for x's same k-block at once (at M=1 one 128-byte line)."""
     return False
 
 
