@@ -64,6 +64,8 @@ shapes() {  # "M..." "N..." -> M,N,K;... over K 1024 / 4096 / 9216
   for N in $2; do for K in 1024 4096 9216; do for M in $1; do r+="$M,$N,$K;"; done; done; done
   echo "${r%;}"
 }
+L2_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_op_read.sum,\
+lts__t_sectors_op_read.max,lts__t_sectors_op_read.avg,lts__t_requests.max,lts__t_requests.avg
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
 PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn128,ar_pp128,ar_bn160,ar_pp160
 BIAS=mm_rs,rsar_rs,mm_rs_b,rsar_rs_b,mm_ar,rsar_ar,mm_ar_b,rsar_ar_b
@@ -99,7 +101,17 @@ for s in "$@"; do
       step stagger_grid 300 python3 scripts/gemm_one_gpu.py --columns default,ks \
         --shapes "$grid" --build-jobs "$(nproc)" --json "$out/stagger_grid.json"
       step stagger_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
-        tests/gpu/test_k_stagger_gpu.py ;;
+        tests/gpu/test_k_stagger_gpu.py
+      # L2 slices' load at M=1 against M=64, same plan, staggered or not: a slice's max far
+      # above the mean is the hot line (ncu's .max / .avg over the slices)
+      if command -v ncu > /dev/null; then
+        for mk in 1,sk0 1,sk0+ks 64,sk0 64,sk0+ks; do
+          step "stagger_ncu_${mk//[,+]/_}" 120 ncu --clock-control none -k regex:Sm90FusedKernel \
+            --launch-skip 2 --launch-count 1 --csv --metrics "$L2_METRICS" \
+            python3 scripts/gemm_one_gpu.py --columns "${mk#*,}" --shapes "${mk%,*},8192,9216" \
+            --iters 1 --blocks 1
+        done
+      fi ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
