@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import BLACKWELL, MODES, TilePlan, plan_depth
+from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, plan_depth
 from .plan import make_plan, push_plan
-from .rules import (auto_push_all, choose_k_stagger, default_early_copy, default_lean_exit, default_prefetch,
+from .rules import (auto_push_all, choose_k_stagger, choose_x_box, default_early_copy, default_lean_exit, default_prefetch,
                     default_push, default_push_window, default_stages, default_tma_store)
 from .tuning import Tuning
 from .variant import Variant, pingpong_refusal, push_for
@@ -102,6 +102,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
                         and choose_k_stagger(plan.mode, plan.bm, plan.tiles_m, shape.K))
     else:
         k_stagger = int(t.k_stagger and sm90)
+    x_box = choose_x_box(plan.mode, shape.M) if t.x_box is None else t.x_box
+    x_rows = x_rows_for(shape.M, plan, dtypes) if x_box and sm90 else 0
     if t.epi_slots or not sm90:
         stages = 0
     else:
@@ -118,7 +120,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        k_stagger=k_stagger)
+        k_stagger=k_stagger, x_rows=x_rows)
     return plan, v
 
 
@@ -149,7 +151,8 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                                  f"block of w per tile column), not Tuning.bn={t.bn}")
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
-        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "k_stagger")
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "k_stagger",
+                                       "x_box")
                            if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
@@ -163,6 +166,15 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                              "leave k_stagger at None or False")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
+
+
+def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes) -> int:
+    """Rows of x's box for a call of ``M`` rows on ``plan`` (``Variant.x_rows``): the fewest
+    of ``X_ROWS`` that hold M where that is fewer than the tile's, on a kernel that has the
+    box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles); else 0, the tile's rows."""
+    if plan.mode != "gemm" or plan.cta_group != 1 or dtypes.operands:
+        return 0
+    return next((r for r in X_ROWS if M <= r < plan.bm), 0)
 
 
 def _fill_rules(shape: Shape, dtypes: Dtypes) -> bool:

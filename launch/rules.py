@@ -31,6 +31,7 @@ shapes it moved.
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_k_stagger`` | nowhere yet (an experiment, docs/TUNING.md) | k-blocks in order | (aj) |
+| ``choose_x_box`` | nowhere yet (an experiment, docs/TUNING.md) | x's box of the tile's rows | (aj) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -232,6 +233,14 @@ def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
     the GEMM alone's 64-row plan at one tile row slows as M shrinks, 55.9 us at M=64 to 66.1
     at M=1 on 8192 x 9216 (one H100, docs/PERF.md (aj)), cuBLAS flat, where every CTA asks L2
     for x's same k-block at once (at M=1 one 128-byte line)."""
+    return False
+
+
+def choose_x_box(mode: str, M: int) -> bool:
+    """Whether a call of M rows loads x in boxes of M rows rounded up to 8 / 16 / 32
+    (``launch.resolve.x_rows_for``) rather than the tile's rows. Off everywhere until a GPU
+    times it (``scripts/gpu_runs.sh OUT stagger``): the other reading of the slowdown
+    ``choose_k_stagger`` describes is the TMA filling a 64-row box that holds one row."""
     return False
 
 

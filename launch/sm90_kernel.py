@@ -50,7 +50,7 @@ from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, TILE_MS, TILE_NS
+from .geometry import BM, EPI_N, TILE_MS, TILE_NS, X_ROWS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, pingpong_refusal
@@ -170,6 +170,12 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if self.bm != BM and (mode != "gemm" or cta_group != 1 or self.pingpong or self.scaled):
             raise ValueError("64-row tiles run the plain GEMM on 1-CTA tiles of bf16 / fp16 "
                              "operands, without ping-pong")
+        self.x_rows = v.x_rows or self.bm
+        if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or mode != "gemm"
+                         or cta_group != 1 or self.scaled):
+            raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
+                             f"tile's {self.bm}, for the plain GEMM of bf16 / fp16 operands on "
+                             f"1-CTA tiles")
         # 64-row tiles: one MMA warp group computes the whole tile
         self.num_mma_wg = self.bm // 64
         self.threads = 128 * (1 + self.num_mma_wg)
@@ -237,6 +243,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sm90_utils.get_smem_layout_atom(row, ab, bk), ab)
         self.a_smem_staged = cute.tile_to_shape(atom, (self.bm, bk, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
+        # x's box: the stage's first x_rows rows (the atom is 8 rows, stacked along M first, so
+        # these rows are laid out as in the whole tile's stage)
+        self.a_box = cute.tile_to_shape(atom, (self.x_rows, bk), order=(0, 1))
 
     def _make_mma(self) -> Any:
         """Two warp groups of ``m64 x BN`` wgmmas on the tile, fp32 accumulators."""
@@ -302,8 +311,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)),
-            (self.bm, self.bk), num_multicast=self.mc_a)
+            _tma_op(self.mc_a), mA, self.a_box, (self.x_rows, self.bk), num_multicast=self.mc_a)
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
             (self.bn, self.bk), num_multicast=self.mc_b)
@@ -378,7 +386,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, self.stage_threads // 32 * self.cta_group),
-            tx_count=(cute.size_in_bytes(self.ab_elem, a_stage)
+            tx_count=(cute.size_in_bytes(self.ab_elem, a_stage) * self.x_rows // self.bm
                       + cute.size_in_bytes(self.ab_elem, b_stage)),
             cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
             defer_sync=True,
@@ -401,11 +409,14 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
-        gA = cute.local_tile(mA, (self.bm, self.bk), (None, None))
+        gA = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
+        sA_box = sA
+        if cutlass.const_expr(self.x_rows != self.bm):
+            sA_box = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
         gB = cute.local_tile(mB, (self.bn, self.bk), (None, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, v_in_pair if self.mc_a > 1 else 0, cute.make_layout(self.mc_a),
-            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+            cute.group_modes(sA_box, 0, 2), cute.group_modes(gA, 0, 2))
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_b, 0 if self.pair_n else v_in_pair, cute.make_layout(self.mc_b),
             cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))

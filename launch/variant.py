@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "k_stagger")
+          "tma_store", "trace", "block_scales", "pingpong", "k_stagger", "x_rows")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,11 @@ class Variant:
     offset, ``lane * n / lanes`` of its ``n``, and wraps, so the lanes of one round do not
     all read the same k-block of x at once (at one tile row every CTA reads x's same few
     lines); the sums are the same products added in a rotated order.
+    ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles; 0: the tile's rows):
+    each k-block's load of x is a box of this many rows (8, 16, 32 or 64, fewer than the tile's),
+    for calls whose M is at most that, so a decode call's TMA does not fill a 64-row box that
+    holds one row. The tile's other rows of the stage are never written: their garbage
+    accumulates into output rows past M, which no store writes.
     """
 
     arch: str
@@ -116,6 +121,7 @@ class Variant:
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     k_stagger: int = 0  # 1: each lane's k-blocks start at its own offset (Sm90FusedKernel)
+    x_rows: int = 0  # n > 0: x's k-block loads are boxes of n rows, for M <= n (Sm90FusedKernel)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

@@ -20,7 +20,9 @@ clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``ks`` / ``ks0``
-(each lane's k-blocks from its own offset, ``Variant.k_stagger`` / never), joined with ``+`` (``c1+bn256+stages4``,
+(each lane's k-blocks from its own offset, ``Variant.k_stagger`` / never), ``xb`` / ``xb0``
+(x loaded in boxes of M rows rounded up to 8 / 16 / 32, ``Variant.x_rows`` / never), joined
+with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
@@ -76,13 +78,16 @@ def column_knobs(name: str) -> dict:
             knobs["pingpong"] = part == "pp"
         elif part in ("ks", "ks0"):
             knobs["k_stagger"] = part == "ks"
+        elif part in ("xb", "xb0"):
+            knobs["x_box"] = part == "xb"
         elif part in ("ts", "ts0"):
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, ks, ks0, joined with +)")
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, ks, ks0, xb, xb0, "
+                             f"joined with +)")
     return knobs
 
 

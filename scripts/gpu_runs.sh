@@ -18,11 +18,13 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
-#   stagger (1 GPU) staggered k-blocks (Tuning.k_stagger) against the default plans: the GEMM
-#           alone at M 1-64 (N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216; with and
-#           without the one round cut along K) and on the grid's M 128-2048, its kernels built
-#           first on every core; then tests/gpu/test_k_stagger_gpu.py (on one GPU with
-#           RSAR_ALLOW_SHARED_GPU=1)
+#   xloads  (1 GPU) how x is loaded at small M, two experiments against the default plans:
+#           staggered k-blocks (ks: Tuning.k_stagger) and x's box of M rows (xb:
+#           Tuning.x_box), alone and together, on the GEMM alone at M 1-64 (N 2880 / 5120 /
+#           7168 / 8192, K 1024 / 4096 / 9216), with and without the one round cut along K
+#           (sk0); staggered on the grid's M 128-2048; the kernels built first on every core
+#   xloads-checks  (1 GPU) tests/gpu/test_x_loads_gpu.py (with RSAR_ALLOW_SHARED_GPU=1 on
+#           one GPU), then ncu's L2-slice max / mean at M=1 and 64 for each way of loading
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -46,7 +48,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 stagger new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -92,21 +94,21 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
-    stagger)
+    xloads)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      small=$(shapes "1 8 16 32 64" "2880 5120 7168 8192")
-      grid=$(shapes "128 256 512 1024 2048" "7168 8192")
-      step stagger_small 420 python3 scripts/gemm_one_gpu.py --columns default,ks,sk0,sk0+ks \
-        --shapes "$small" --build-jobs "$(nproc)" --json "$out/stagger_small.json"
-      step stagger_grid 300 python3 scripts/gemm_one_gpu.py --columns default,ks \
-        --shapes "$grid" --build-jobs "$(nproc)" --json "$out/stagger_grid.json"
-      step stagger_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
-        tests/gpu/test_k_stagger_gpu.py
-      # L2 slices' load at M=1 against M=64, same plan, staggered or not: a slice's max far
-      # above the mean is the hot line (ncu's .max / .avg over the slices)
+      step xloads_small 480 python3 scripts/gemm_one_gpu.py \
+        --columns default,ks,xb,ks+xb,sk0,sk0+ks,sk0+xb --shapes "$(shapes "1 8 16 32 64" \
+        "2880 5120 7168 8192")" --build-jobs "$(nproc)" --json "$out/xloads_small.json"
+      step xloads_grid 240 python3 scripts/gemm_one_gpu.py --columns default,ks \
+        --shapes "$(shapes "128 256 512 1024 2048" "7168 8192")" --build-jobs "$(nproc)" \
+        --json "$out/xloads_grid.json" ;;
+    xloads-checks)
+      step xloads_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_x_loads_gpu.py
+      # a slice's max far above the mean is a hot line; the box changes what the TMA fills
       if command -v ncu > /dev/null; then
-        for mk in 1,sk0 1,sk0+ks 64,sk0 64,sk0+ks; do
-          step "stagger_ncu_${mk//[,+]/_}" 120 ncu --clock-control none -k regex:Sm90FusedKernel \
+        for mk in 1,sk0 1,sk0+ks 1,sk0+xb 64,sk0 64,sk0+ks; do
+          step "xloads_ncu_${mk//[,+]/_}" 120 ncu --clock-control none -k regex:Sm90FusedKernel \
             --launch-skip 2 --launch-count 1 --csv --metrics "$L2_METRICS" \
             python3 scripts/gemm_one_gpu.py --columns "${mk#*,}" --shapes "${mk%,*},8192,9216" \
             --iters 1 --blocks 1

@@ -1,11 +1,18 @@
-"""Staggered k-blocks (``Tuning.k_stagger``, ``Variant.k_stagger``): each lane starts its
+"""How x is loaded at small M.
+
+x's box of M rows (``Tuning.x_box``, ``Variant.x_rows``): the tile's other rows are never
+loaded, so their garbage must stay in output rows past M; the sums are the same products in
+the same order, so the result is bitwise the whole-box plan's, on every tile form the box
+runs with (64 / 128 rows, the split-K tail, the TMA and thread stores, fp16).
+
+Staggered k-blocks (``Tuning.k_stagger``, ``Variant.k_stagger``): each lane starts its
 k-blocks at its own offset and wraps, so a wrong offset, a k-block skipped or one added twice
 shows as an error against float64. The GEMM alone on every tile form it runs with (64 / 128
 rows, 1-CTA and 2x1 clusters, the split-K tail, ping-pong, fp16), the fused RS / AR on 1-CTA
 and 2x1-cluster plans and with fp8 operands, and the same inputs twice bitwise (the rotation is fixed per
 plan, so a call repeats exactly).
 
-mpirun -n 2 python -m pytest -q tests/gpu/test_k_stagger_gpu.py
+mpirun -n 2 python -m pytest -q tests/gpu/test_x_loads_gpu.py
 """
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ import torch
 
 from gpu_ops import get_op
 from rsar_core.reference import rank_inputs
-from test_fused_gpu import check, check_gemm_only, knobs
+from launch.geometry import X_ROWS
+from test_fused_gpu import check, check_gemm_only, check_gemm_only_bitwise, knobs
 
 
 def _dev() -> torch.device:
@@ -80,3 +88,52 @@ def test_block_scales_refuse_stagger_op_usable(comm):
     x, w = rank_inputs(5, op.rank, 64, op.N, 1024, _dev())
     with knobs(op, k_stagger=True) as staggered:
         check_gemm_only(staggered, x, w)
+
+
+@pytest.mark.parametrize("form", [
+    {"bm": 64, "bn": 112}, {"bm": 64, "bn": 112, "sk": True}, {"bm": 64, "bn": 256},
+    {"bm": 64, "bn": 112, "tma_store": False}, {"bm": 128, "bn": 64},
+    {"bm": 128, "bn": 128, "sk": True}, {"bm": 128, "bn": 176, "tma_store": False}],
+    ids=["r64", "r64sk", "r64bn256", "r64ts0", "bn64", "sk", "bn176ts0"])
+@pytest.mark.parametrize("N", [7168, 2880])
+@pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (7, 1024), (8, 9216), (9, 4096),
+                                 (17, 1000), (32, 4096), (33, 1024), (63, 9216), (64, 4096)])
+def test_gemm_only_x_box(comm, M, K, N, form):
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 5 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, x_box=True, cta_group=1, **form) as boxed, \
+            knobs(op, x_box=False, cta_group=1, **form) as whole:
+        rows = next((r for r in X_ROWS if M <= r < form["bm"]), 0)
+        assert boxed.variant(M, K, mode="gemm").x_rows == rows
+        assert whole.variant(M, K, mode="gemm").x_rows == 0
+        # twice: the second call finds the stages' unloaded rows holding the first's data
+        check_gemm_only_bitwise(boxed, whole, x, w)
+        check_gemm_only_bitwise(boxed, whole, x, w)
+
+
+def test_x_box_after_larger_calls_and_fp16(comm):
+    """Unloaded rows hold what a larger call left in shared memory (NaN rows of x here):
+    nothing of it reaches the output of a small call."""
+    op = get_op(comm, 7168, False)
+    with knobs(op, x_box=True, cta_group=1) as boxed:
+        xb, w = rank_inputs(3, op.rank, 64, op.N, 4096, _dev())
+        xb[1:] = float("nan")
+        boxed.gemm_only(xb, w)  # the 64-row plan, whole boxes: NaN rows land in the stages
+        for M in (1, 5, 16, 24):
+            x, _ = rank_inputs(M, op.rank, M, op.N, 4096, _dev())
+            check_gemm_only(boxed, x, w)
+    half = get_op(comm, 7168, False, dtype=torch.float16)
+    x, w = rank_inputs(13, half.rank, 20, half.N, 4096, _dev(), dtype=torch.float16)
+    with knobs(half, x_box=True) as boxed, knobs(half, x_box=False) as whole:
+        assert boxed.variant(20, 4096, mode="gemm").x_rows > 0
+        check_gemm_only_bitwise(boxed, whole, x, w)
+
+
+@pytest.mark.parametrize("M,K", [(1, 4096), (16, 9216)])
+def test_x_box_and_stagger_together(comm, M, K):
+    op = get_op(comm, 7168, False)
+    x, w = rank_inputs(M + K, op.rank, M, op.N, K, _dev())
+    with knobs(op, x_box=True, k_stagger=True) as both, knobs(op, k_stagger=True) as ks:
+        v = both.variant(M, K, mode="gemm")
+        assert v.x_rows > 0 and v.k_stagger == 1
+        check_gemm_only_bitwise(both, ks, x, w)

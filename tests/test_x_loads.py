@@ -1,0 +1,153 @@
+"""How x is loaded at small M, two experiments: staggered k-blocks (``Tuning.k_stagger`` /
+``Variant.k_stagger``) and x's box of M rows (``Tuning.x_box`` / ``Variant.x_rows``). Each
+is validated once, refused or left out where no kernel has it (sm100, block-wise fp8
+scales; fused ops, fp8 and 2x1 clusters for the box) before anything compiles, resolved by
+its rule when left at None, and compiled for sm_90a changing only the producer's loads (no
+spill, no serialized wgmma)."""
+from __future__ import annotations
+
+import pytest
+
+from launch import Dtypes, Hardware, Shape, Tuning, resolve
+from launch.geometry import X_ROWS
+from launch.resolve import x_rows_for
+from launch.rules import choose_k_stagger, choose_x_box
+from rsar_core.errors import RsarValueError
+
+H100 = Hardware("sm_90a", 132)
+
+
+@pytest.mark.parametrize("field", ["k_stagger", "x_box"])
+@pytest.mark.parametrize("bad", ["yes", 1, 0])
+def test_tuning_refuses_non_bools(field, bad):
+    with pytest.raises(RsarValueError, match=field):
+        Tuning(**{field: bad})
+
+
+@pytest.mark.parametrize("mode", ["gemm", "rs", "ar"])
+@pytest.mark.parametrize("M", [1, 64, 300, 4096])
+def test_forced_either_way(mode, M):
+    shape = Shape(M, 7168, 4096, mode)
+    assert resolve(shape, H100, 2, "unicast", tuning=Tuning(k_stagger=True))[1].k_stagger == 1
+    assert resolve(shape, H100, 2, "unicast", tuning=Tuning(k_stagger=False))[1].k_stagger == 0
+
+
+def test_refused_where_no_kernel_has_it():
+    with pytest.raises(RsarValueError, match="k_stagger"):
+        resolve(Shape(64, 7168, 1024, "gemm"), H100, 2, "unicast",
+                Dtypes("bf16", "e4m3", True), Tuning(k_stagger=True))
+    with pytest.raises(RsarValueError, match="k_stagger"):
+        resolve(Shape(64, 7168, 1024, "rs"), Hardware("sm_100a", 148), 2, "unicast",
+                tuning=Tuning(k_stagger=True))
+
+
+@pytest.mark.parametrize("mode", ["gemm", "rs", "ar"])
+@pytest.mark.parametrize("M", [1, 8, 16, 24, 64, 128, 300, 4096])
+@pytest.mark.parametrize("K", [1024, 4096, 9216])
+def test_default_follows_the_rule(mode, M, K):
+    plan, v = resolve(Shape(M, 7168, K, mode), H100, 2, "unicast")
+    assert v.k_stagger == int(choose_k_stagger(plan.mode, plan.bm, plan.tiles_m, K))
+    # block-wise fp8 scales never stagger, whatever the rule says
+    _, vb = resolve(Shape(M, 7168, K, mode), H100, 2, "unicast", Dtypes("bf16", "e4m3", True))
+    assert vb.k_stagger == 0
+    # the sm100 kernel has no form of it
+    _, v100 = resolve(Shape(M, 7168, K, mode), Hardware("sm_100a", 148), 2, "unicast")
+    assert v100.k_stagger == 0
+
+
+def test_compiles_with_the_rotation_in_the_producer(ptx_of, tmp_path):
+    pytest.importorskip("cutlass")
+    from launch.variant import Variant
+    from ptx_checks import ptxas_log
+    base = Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, sk=1,
+                   bm=64)
+    import dataclasses
+    staggered = dataclasses.replace(base, k_stagger=1)
+    plain, rotated = ptx_of(base), ptx_of(staggered)
+    assert plain != rotated
+    # the same MMA and store code: only the producer's k coordinate differs
+    for op in ("wgmma.mma_async.sync.aligned.m64n112k16", "cp.async.bulk.tensor.2d.global"):
+        assert plain.count(op) == rotated.count(op), op
+    log = ptxas_log(rotated, tmp_path)
+    assert " 0 bytes spill stores" in log, log[-800:]
+    for note in ("C7514", "C7517", "C7520"):
+        assert note not in log, log[-800:]
+
+
+@pytest.mark.parametrize("M,rows", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32),
+                                    (33, 0), (64, 0)])
+def test_x_box_rows_on_64_row_tiles(M, rows):
+    plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast",
+                      tuning=Tuning(x_box=True))
+    assert plan.bm == 64 and v.x_rows == rows
+    assert resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast",
+                   tuning=Tuning(x_box=False))[1].x_rows == 0
+
+
+@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 0), (300, 0)])
+def test_x_box_rows_on_128_row_tiles(M, rows):
+    """fp16 keeps the 128-row plans at small M: boxes up to 64 rows there."""
+    plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast", Dtypes("f16"),
+                      Tuning(x_box=True, cta_group=1))
+    assert plan.bm == 128 and v.x_rows == rows
+
+
+@pytest.mark.parametrize("shape,dtypes,tuning", [
+    (Shape(1, 7168, 4096, "rs"), Dtypes(), {}),
+    (Shape(1, 7168, 4096, "ar"), Dtypes(), {}),
+    (Shape(1, 7168, 4096, "gemm"), Dtypes("bf16", "e4m3"), {}),
+    (Shape(100, 7168, 4096, "gemm"), Dtypes(), {"cta_group": 2, "bm": 128}),
+], ids=["rs", "ar", "fp8", "c2"])
+def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
+    """A Tuning with x_box=True serves every call of its op: calls the box has no kernel
+    for load whole tiles, as without it."""
+    _, v = resolve(shape, H100, 2, "unicast", dtypes, Tuning(x_box=True, **tuning))
+    assert v.x_rows == 0
+
+
+def test_x_box_rows_are_whole_swizzle_atoms():
+    assert all(r % 8 == 0 for r in X_ROWS) and sorted(X_ROWS) == list(X_ROWS)
+
+
+@pytest.mark.parametrize("M", [1, 8, 33, 64, 128])
+def test_x_box_default_follows_the_rule(M):
+    plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast")
+    want = x_rows_for(M, plan, Dtypes()) if choose_x_box(plan.mode, M) else 0
+    assert v.x_rows == want
+
+
+@pytest.mark.parametrize("v", [
+    dict(mode="rs"), dict(cta_group=2), dict(x_rows=64), dict(x_rows=12),
+    dict(in_dtype="e4m3")], ids=["rs", "c2", "whole", "odd", "fp8"])
+def test_kernel_refuses_a_box_it_cannot_load(v):
+    pytest.importorskip("cutlass")
+    from launch.sm90_kernel import Sm90FusedKernel
+    from launch.variant import Variant
+    fields = dict(push="tma", bm=64 if "x_rows" in v else 128, x_rows=8)
+    fields.update(v)
+    mode = fields.pop("mode", "gemm")
+    cg = fields.pop("cta_group", 1)
+    with pytest.raises(ValueError, match="x_rows"):
+        Sm90FusedKernel(Variant("sm_90a", 112, 2, mode, "unicast", cg, **fields))
+
+
+@pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (128, 64)])
+def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
+    """Each stage expects x's box of ``rows`` rows and w's tile, and nothing else moves."""
+    pytest.importorskip("cutlass")
+    import dataclasses
+    import re
+    from launch.variant import Variant
+    from ptx_checks import ptxas_log
+    base = Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, bm=bm)
+    boxed = ptx_of(dataclasses.replace(base, x_rows=rows))
+    whole = ptx_of(base)
+    tx = lambda ptx: set(int(n) for n in re.findall(r"mov\.b32\s+%r\d+, (\d+);", ptx)
+                         if int(n) in ((bm + 112) * 128, (rows + 112) * 128))
+    assert tx(whole) == {(bm + 112) * 128} and tx(boxed) == {(rows + 112) * 128}
+    for op in ("wgmma.mma_async", "cp.async.bulk.tensor.2d.global", "stmatrix"):
+        assert whole.count(op) == boxed.count(op), op
+    log = ptxas_log(boxed, tmp_path)
+    assert " 0 bytes spill stores" in log, log[-800:]
+    for note in ("C7514", "C7517", "C7520"):
+        assert note not in log, log[-800:]
