@@ -225,7 +225,7 @@ def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
     held = set(cached(list(vs), out))
     todo = [v for v in vs if v not in held]
     print(f"--build-jobs: {len(todo)} kernels to build, {len(held)} in {out}", flush=True)
-    build(todo, out, a.build_jobs)
+    build(todo, out, a.build_jobs, spawn=True)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -133,9 +133,13 @@ def cached(vs: list, out: Path) -> list:
     return [v for v in vs if entry_path(v, out).is_file()]
 
 
-def build(vs: list, out: Path, jobs: int) -> None:
-    """Compile ``vs`` into the kernel cache ``out`` on ``jobs`` processes, a line each."""
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+def build(vs: list, out: Path, jobs: int, spawn: bool = False) -> None:
+    """Compile ``vs`` into the kernel cache ``out`` on ``jobs`` processes, a line each.
+    ``spawn``: fresh worker processes, for a caller that has initialized CUDA (a forked
+    child of such a process cannot use the driver)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn") if spawn else None
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx) as pool:
         for name, dt in pool.map(_build, [(v, str(out)) for v in vs]):
             print(f"  {name}: {dt:.1f} s", flush=True)
 

@@ -253,13 +253,15 @@ def test_build_jobs_compiles_what_the_cache_lacks_once(tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(mod.__file__).resolve().parent))
     import precompile
     built = []
-    monkeypatch.setattr(precompile, "build", lambda vs, out, jobs: built.append((vs, out, jobs)))
+    monkeypatch.setattr(precompile, "build",
+                        lambda vs, out, jobs, spawn: built.append((vs, out, jobs, spawn)))
     monkeypatch.setenv("RSAR_KERNEL_CACHE", str(tmp_path))
     a = mod.parse(["--columns", "default,ks,sk0", "--shapes", "1,7168,4096;8,7168,4096",
                    "--build-jobs", "3"])
     mod.build_columns(a, 132, None, False)
-    (vs, out, jobs), = built
-    assert out == tmp_path and jobs == 3
+    (vs, out, jobs, spawn), = built
+    # spawned workers: this process has initialized CUDA by then
+    assert out == tmp_path and jobs == 3 and spawn
     want = {mod.column_plan(c, M, 7168, 4096)[1] for c in ("default", "ks", "sk0")
             for M in (1, 8)}
     assert set(vs) == want and len(vs) == len(want)
