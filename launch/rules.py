@@ -21,6 +21,7 @@ shapes it moved.
 | ``SPLIT_ROW_GAIN`` | RS round order, lane cost <= 0.8x | split the shared tile row | (r) |
 | ``choose_band`` | K > 1024 | bands of 16 tile rows | (d) |
 | ``choose_gemm_cluster`` / ``ONE_CTA_COST`` | plain GEMM, K > 1024, M > 128 | 2x1 clusters unless 1-CTA is 5% cheaper | (d), (t) |
+| ``choose_gemm_pairs_full_round`` | plain GEMM (bf16), K <= 1024, two tile rows, a round filling 90% of the SMs | 2x1 clusters at the same width | (ak) |
 | ``choose_fused_cluster`` | fused, K > 1024 and M >= 2048 (RS) / 4096 (AR); or 4+ tile rows at long K | 2x1 clusters, lag 1 / lag 0 | (e), (g) |
 | ``choose_sm100`` | sm100 | 2-CTA MMA from M=1024, 256 wide from M*K = 24 Mi | (SM100.md) |
 | ``default_push`` | sm90 unicast | bulk-copy pushes (AR: results too) | (c) |
@@ -30,8 +31,8 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_k_stagger`` | nowhere yet (an experiment, docs/TUNING.md) | k-blocks in order | (aj) |
-| ``choose_x_box`` | nowhere yet (an experiment, docs/TUNING.md) | x's box of the tile's rows | (aj) |
+| ``choose_k_stagger`` | nowhere yet (an experiment, docs/TUNING.md) | k-blocks in order | (aj), (ak) |
+| ``choose_x_box`` | nowhere yet (an experiment, docs/TUNING.md) | x's box of the tile's rows | (aj), (ak) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -189,6 +190,22 @@ def choose_gemm_cluster(M: int, K: int) -> int:
     return 2 if K > 1024 and M > BM else 1
 
 
+# The share of the SMs a 1-CTA round must fill for ``choose_gemm_pairs_full_round``
+PAIRS_FILL = 0.9
+
+
+def choose_gemm_pairs_full_round(M: int, K: int, tiles: int, sm_count: int) -> bool:
+    """Whether the plain sm90 GEMM (bf16, nothing forced) at K <= 1024 (where
+    ``choose_gemm_cluster`` keeps 1-CTA tiles) pairs its two tile rows on 2x1 clusters at the
+    width the other rules chose, sharing w's tile: where the one round of 1-CTA tiles keeps
+    at least ``PAIRS_FILL`` of the SMs busy, halving what each SM reads of w pays. One H100,
+    M=256, every comparison of the two at one width in three runs (docs/PERF.md (ak)):
+    N=7168 (128 tiles) +4.9% / +4.1% at 112 wide, +6.5% at 128, a tie at 144; N=8192 (128
+    tiles) +6.4% at 128, +3.7% at 144; N 2880 / 5120 (52 / 92 tiles) -0.8% to -1.7% at
+    every width."""
+    return K <= 1024 and BM < M <= 2 * BM and tiles >= PAIRS_FILL * sm_count
+
+
 def choose_gemm_pingpong(M: int, K: int) -> bool:
     """Whether the plain sm90 GEMM (bf16, nothing forced) runs ping-pong MMA warp groups on 2x1
     clusters, at the width of least ``lane_cost`` among ``PINGPONG_NS``. Each warp group
@@ -239,7 +256,7 @@ def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
 def choose_x_box(mode: str, M: int) -> bool:
     """Whether a call of M rows loads x in boxes of M rows rounded up to 8 / 16 / 32
     (``launch.resolve.x_rows_for``) rather than the tile's rows. Off everywhere until a GPU
-    times it (``scripts/gpu_runs.sh OUT stagger``): the other reading of the slowdown
+    times it (``scripts/gpu_runs.sh OUT xloads``, docs/PERF.md (ak)): the other reading of the slowdown
     ``choose_k_stagger`` describes is the TMA filling a 64-row box that holds one row."""
     return False
 

@@ -372,3 +372,32 @@ def test_pingpong_knob(variants):
     assert variants[-1].pingpong == 0
     with pytest.raises(RsarValueError, match="sm90"):
         retuned(_op("ar", arch="sm_100a"), pingpong=True)._plan_and_kernel(1024, 1024, "ar")
+
+
+@pytest.mark.parametrize("M,N,K,want", [
+    (256, 7168, 1024, True), (129, 7168, 1024, True), (256, 8192, 1024, True),
+    (192, 8192, 512, True),
+    (256, 5120, 1024, False), (256, 2880, 1024, False),  # rounds filling 92 / 52 SMs
+    (128, 7168, 1024, False), (257, 7168, 1024, False), (512, 8192, 1024, False)])
+def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
+    """``choose_gemm_pairs_full_round``: the bf16 GEMM alone at K <= 1024 pairs its two tile
+    rows on 2x1 clusters at the width the other rules chose, where that round keeps 90% of
+    the SMs busy; fp16, forced knobs and the fused ops keep their plans."""
+    from launch import Dtypes, Hardware, Shape, Tuning, resolve
+    from launch.rules import choose_gemm_pairs_full_round
+    hw = Hardware("sm_90a", 132)
+    plan, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast")
+    assert choose_gemm_pairs_full_round(M, K, 2 * -(-N // plan.bn), 132) is want
+    if want:
+        # the measured plans: the 1-CTA rules' width (FINE_GAIN's 112 at N=7168), paired
+        assert (plan.cta_group, plan.tiles_m, plan.band) == (2, 2, 0)
+        assert plan.bn == {7168: 112, 8192: 128}[N]
+        # measured on bf16 only; a forced cta_group wins
+        assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))[0].cta_group == 1
+        assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast",
+                       tuning=Tuning(cta_group=1))[0].cta_group == 1
+    elif K <= 1024:
+        assert plan.cta_group == 1
+    for mode in ("rs", "ar"):
+        assert resolve(Shape(M, N, K, mode), hw, 2, "unicast")[0] == \
+            make_plan(M, N, K, 2, 132, mode, push_all=None)

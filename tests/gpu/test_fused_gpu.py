@@ -220,6 +220,18 @@ def test_gemm_only_one_cta_plans(comm, M, N, K):
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
 
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M,K", [(129, 1024), (200, 512), (256, 1024)])
+def test_gemm_only_pairs_at_short_k(comm, M, N, K):
+    """``choose_gemm_pairs_full_round``: two tile rows at K <= 1024 on 2x1 clusters (the
+    second row partial at M 129 / 200), against float64."""
+    op = get_op(comm, N, False)
+    assert op.plan(M, K, "gemm").cta_group == 2
+    dev = torch.device("cuda", torch.cuda.current_device())
+    x, w = rank_inputs(M * 11 + N + K, op.rank, M, op.N, K, dev)
+    check_gemm_only(op, x, w)
+
+
 def _push_ctas_op(comm, N: int):
     op = get_op(comm, N, False)
     if op.transport != "unicast" or op_push(op) == "lsu" or op.arch != "sm_90a":
