@@ -22,8 +22,9 @@ from multicast.errors import RsarValueError, UnsupportedError
 
 from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, plan_depth
 from .plan import make_plan, push_plan
-from .rules import (auto_push_all, choose_k_stagger, choose_x_box, default_early_copy, default_lean_exit, default_prefetch,
-                    default_push, default_push_window, default_stages, default_tma_store)
+from .rules import (auto_push_all, choose_k_stagger, choose_x_box, default_early_copy,
+                    default_lean_exit, default_prefetch, default_push, default_push_window,
+                    default_stages, default_tma_store)
 from .tuning import Tuning
 from .variant import Variant, pingpong_refusal, push_for
 

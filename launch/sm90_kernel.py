@@ -409,6 +409,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
+        # a box of x_rows runs only calls with M <= x_rows (``launch.resolve.x_rows_for``):
+        # tile row 0 is the only one, and its index counts boxes and tiles alike
         gA = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
         sA_box = sA
         if cutlass.const_expr(self.x_rows != self.bm):
