@@ -122,9 +122,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if (mode == "gemm" and fine and not sk and plan.bn != 64
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         plan = _gemm_fine_if_cheaper(plan, pair_ctas)
-        if plan.cta_group == 1 and choose_gemm_pairs_full_round(M, K, plan.tiles_m * plan.tiles_n,
-                                                                 sm_count):
-            plan = _gemm_pairs_or_same(plan, pair_ctas)
+        if plan.cta_group == 1 and choose_gemm_pairs_full_round(M, K, plan.num_tiles, sm_count):
+            # the same width paired; the 1-CTA plan where the pairs cannot all be resident
+            plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan
 
@@ -143,17 +143,6 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
         return best
     return pair
-
-
-def _gemm_pairs_or_same(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
-    """``plan`` on 2x1 clusters at its width (``choose_gemm_pairs_full_round``), or ``plan``
-    where the pairs cannot all be resident at once."""
-    try:
-        return _make_plan(plan.M, plan.N, plan.K, plan.world, plan.sm_count, "gemm",
-                          arch="sm_90a", bn=plan.bn, cta_group=2, pair_ctas=pair_ctas,
-                          lag=None, peers_first=False)
-    except ValueError:
-        return plan
 
 
 def _gemm_fine_if_cheaper(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
