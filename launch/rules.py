@@ -246,7 +246,7 @@ def choose_gemm_split(M: int, K: int, pieces: int) -> bool:
 
 def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
     """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``).
-    Off everywhere until a GPU times it (``scripts/gpu_runs.sh OUT stagger``). Why it may win:
+    Off everywhere until a GPU times it (``scripts/gpu_runs.sh OUT xloads``). Why it may win:
     the GEMM alone's 64-row plan at one tile row slows as M shrinks, 55.9 us at M=64 to 66.1
     at M=1 on 8192 x 9216 (one H100, docs/PERF.md (aj)), cuBLAS flat, where every CTA asks L2
     for x's same k-block at once (at M=1 one 128-byte line)."""
@@ -254,7 +254,7 @@ def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
 
 
 def choose_x_box(mode: str, M: int) -> bool:
-    """Whether a call of M rows loads x in boxes of M rows rounded up to 8 / 16 / 32
+    """Whether a call of M rows loads x in boxes of M rows rounded up to 8 / 16 / 32 / 64
     (``launch.resolve.x_rows_for``) rather than the tile's rows. Off everywhere until a GPU
     times it (``scripts/gpu_runs.sh OUT xloads``, docs/PERF.md (ak)): the other reading of the slowdown
     ``choose_k_stagger`` describes is the TMA filling a 64-row box that holds one row."""

@@ -21,7 +21,7 @@ rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output sto
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``ks`` / ``ks0``
 (each lane's k-blocks from its own offset, ``Variant.k_stagger`` / never), ``xb`` / ``xb0``
-(x loaded in boxes of M rows rounded up to 8 / 16 / 32, ``Variant.x_rows`` / never), joined
+(x loaded in boxes of M rows rounded up to 8 / 16 / 32 / 64, ``Variant.x_rows`` / never), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
