@@ -13,7 +13,7 @@ from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, 
                        with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_pairs_full_round,
+                    choose_gemm_pairs_full_round, choose_gemm_tail_one_cta,
                     choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_split,
                     choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
@@ -27,7 +27,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
               split_row: bool | None = None, pingpong: bool | None = False,
-              bm: int | None = None, fine: bool = True) -> TilePlan:
+              bm: int | None = None, fine: bool = True, x_box: bool = True) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
     finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
@@ -54,7 +54,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     tiles (the plain sm90 GEMM on 1-CTA tiles; ``launch.geometry.TILE_MS``), the width of
     least ``lane_cost`` unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones
     where ``choose_gemm_rows64`` says so for a plain GEMM nothing else was forced on.
-    ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``."""
+    ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``. ``x_box``: the
+    kernel will load x in boxes of M rows where M is below the tile's (``choose_x_box``),
+    which ``choose_gemm_split`` weighs."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rows64_rule = (mode == "gemm" and bm is None and not sk
@@ -70,7 +72,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         plan = replace(plan, band=choose_band(K, 1) if band is None else band)
         if rows64_rule and sk is None and band is None:
             split = with_sk(plan, arch)
-            return split if choose_gemm_split(M, K, split.sk) else plan
+            boxed = x_box and M < plan.bm
+            return split if choose_gemm_split(M, K, split.sk, boxed) else plan
         return with_sk(plan, arch) if sk else plan
     if (mode == "gemm" and pingpong is None and sk is None and band is None
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n) and choose_gemm_pingpong(M, K)):
@@ -125,6 +128,13 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         if plan.cta_group == 1 and choose_gemm_pairs_full_round(M, K, plan.num_tiles, sm_count):
             # the same width paired; the 1-CTA plan where the pairs cannot all be resident
             plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
+    if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
+            and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
+            and choose_gemm_tail_one_cta(M)):
+        # the 1-CTA plan a caller forcing cta_group=1 gets: its kernel boxes the last row
+        plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=None, cta_group=1,
+                          pair_ctas=pair_ctas, lag=lag, peers_first=peers_first,
+                          flat=flat, split_row=split_row)
     plan = replace(plan, band=choose_band(K, plan.cta_group) if band is None else band)
     return with_sk(plan, arch) if sk else plan
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, plan_depth
+from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
 from .plan import make_plan, push_plan
 from .rules import (auto_push_all, choose_k_stagger, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
@@ -79,7 +79,9 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     sm90 = arch == SM90
     op_push = t.push or default_push(arch, transport, mode)
     push = push_for(op_push, mode) if sm90 else "lsu"
-    plan = _plan(shape, hw, world, transport, dtypes, t, op_push)
+    x_box = choose_x_box(mode, shape.M) if t.x_box is None else t.x_box
+    plan = _plan(shape, hw, world, transport, dtypes, t, op_push,
+                 bool(x_box and sm90 and not dtypes.operands))
     trace = int(t.trace and sm90)
     tma_store = (default_tma_store(arch, push, plan.mode) if t.tma_store is None
                  else int(t.tma_store and plan.mode == "gemm" and push == "tma" and sm90))
@@ -103,7 +105,6 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
                         and choose_k_stagger(plan.mode, plan.bm, plan.tiles_m, shape.K))
     else:
         k_stagger = int(t.k_stagger and sm90)
-    x_box = choose_x_box(plan.mode, shape.M) if t.x_box is None else t.x_box
     x_rows = x_rows_for(shape.M, plan, dtypes) if x_box and sm90 else 0
     if t.epi_slots or not sm90:
         stages = 0
@@ -170,12 +171,14 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes) -> int:
-    """Rows of x's box for a call of ``M`` rows on ``plan`` (``Variant.x_rows``): the fewest
-    of ``X_ROWS`` that hold M where that is fewer than the tile's, on a kernel that has the
-    box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles); else 0, the tile's rows."""
-    if plan.mode != "gemm" or plan.cta_group != 1 or dtypes.operands:
+    """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
+    (``Variant.x_rows``): the fewest of ``X_ROWS`` that hold that row's
+    ``M - (tiles_m - 1) * bm`` rows where that is fewer than the tile's, on a kernel that has
+    the box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles); else 0, the tile's rows."""
+    if plan.mode != "gemm" or plan.cta_group != 1 or dtypes.operands or M < 1:
         return 0
-    return next((r for r in X_ROWS if M <= r < plan.bm), 0)
+    tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
+    return next((r for r in X_ROWS if tail <= r < plan.bm), 0)
 
 
 def _fill_rules(shape: Shape, dtypes: Dtypes) -> bool:
@@ -202,7 +205,7 @@ def _rows64_free(shape: Shape, dtypes: Dtypes, t: Tuning) -> bool:
 
 
 def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes, t: Tuning,
-          op_push: str) -> TilePlan:
+          op_push: str, x_box: bool) -> TilePlan:
     M, N, mode, arch = shape.M, shape.N, shape.mode, hw.arch
     K = plan_depth(shape.K, dtypes.operands)
     bn = t.bn or (BLOCK_BN if dtypes.block_scales else None)
@@ -229,7 +232,8 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          split_row=t.split_row if sm90 else False,
                          pingpong=None if pp_rule else False,
                          fine=_fill_rules(shape, dtypes),
-                         bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128)
+                         bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128,
+                         x_box=x_box)
     except RsarValueError:
         raise
     except ValueError as e:

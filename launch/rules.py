@@ -12,7 +12,7 @@ shapes it moved.
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_pingpong`` | sm90 plain GEMM (bf16), K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
-| ``choose_gemm_split`` | those 64-row tiles, K >= 4096, 5+ pieces or M <= 16 | one round cut along K onto idle SMs | (aj) |
+| ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
 | ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
@@ -21,6 +21,7 @@ shapes it moved.
 | ``SPLIT_ROW_GAIN`` | RS round order, lane cost <= 0.8x | split the shared tile row | (r) |
 | ``choose_band`` | K > 1024 | bands of 16 tile rows | (d) |
 | ``choose_gemm_cluster`` / ``ONE_CTA_COST`` | plain GEMM, K > 1024, M > 128 | 2x1 clusters unless 1-CTA is 5% cheaper | (d), (t) |
+| ``choose_gemm_tail_one_cta`` | plain GEMM (bf16), M 129-192, x boxed, where pairs were chosen | 1-CTA tiles (x's box on the last row) | (al) |
 | ``choose_gemm_pairs_full_round`` | plain GEMM (bf16), K <= 1024, two tile rows, a round filling 90% of the SMs | 2x1 clusters at the same width | (ak) |
 | ``choose_fused_cluster`` | fused, K > 1024 and M >= 2048 (RS) / 4096 (AR); or 4+ tile rows at long K | 2x1 clusters, lag 1 / lag 0 | (e), (g) |
 | ``choose_sm100`` | sm100 | 2-CTA MMA from M=1024, 256 wide from M*K = 24 Mi | (SM100.md) |
@@ -31,8 +32,8 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_k_stagger`` | nowhere yet (an experiment, docs/TUNING.md) | k-blocks in order | (aj), (ak) |
-| ``choose_x_box`` | nowhere yet (an experiment, docs/TUNING.md) | x's box of the tile's rows | (aj), (ak) |
+| ``choose_k_stagger`` | nowhere (slower wherever timed) | k-blocks in order | (al) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA, M < the tile's rows | x's box of M rows (8 / 16 / 32 / 64) | (al) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -206,6 +207,19 @@ def choose_gemm_pairs_full_round(M: int, K: int, tiles: int, sm_count: int) -> b
     return K <= 1024 and BM < M <= 2 * BM and tiles >= PAIRS_FILL * sm_count
 
 
+def choose_gemm_tail_one_cta(M: int) -> bool:
+    """Whether the plain sm90 GEMM (bf16, nothing forced) whose two tile rows would be paired
+    on 2x1 clusters takes the 1-CTA plan instead where its last tile row holds 64 rows or
+    fewer (M 129-192): there x's box (``choose_x_box``) loads that row's few rows, and the
+    pair kernel has no box, so its TMA fills 64-127 rows of zeros every k-block. One H100
+    (docs/PERF.md (al), M 129 / 160 / 192, N 5120 / 7168 / 8192, K 1024 / 4096 / 9216,
+    against the pair plans in the same run): +5% to +49% at K >= 4096 (129 x 7168 x 4096:
+    0.64x -> 0.90x cuBLAS), +6% to +16% at K=1024 for N 7168 / 8192 at M 129 / 160, a tie at
+    M=192. With 3+ tile rows (M 300, 520) the 1-CTA plans won and lost by turns (-13% to
+    +21%): no rule there; a last row of 65-127 rows has no box (M 200: pairs ahead)."""
+    return BM < M <= BM + 64
+
+
 def choose_gemm_pingpong(M: int, K: int) -> bool:
     """Whether the plain sm90 GEMM (bf16, nothing forced) runs ping-pong MMA warp groups on 2x1
     clusters, at the width of least ``lane_cost`` among ``PINGPONG_NS``. Each warp group
@@ -231,34 +245,47 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
     return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
 
 
-def choose_gemm_split(M: int, K: int, pieces: int) -> bool:
+def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
     """Whether the plain GEMM's one round of 64-row tiles (``choose_gemm_rows64``) is cut along
     K onto a grid widened to ``pieces`` lanes a tile (``launch.geometry.with_sk``): there a
     round of ``ceil(N / 112)`` tiles leaves most SMs idle while each tile streams its share of
-    w. One H100 (docs/PERF.md (aj), M 1-64, N 2880 / 5120 / 7168, K 1024 / 4096 / 9216,
-    against the unsplit tiles in the same run): at N=2880 (5 pieces) K >= 4096 it won or tied
-    at every M (+13% to +36% at K=9216: 1 x 2880 x 9216 0.65x -> 0.89x cuBLAS); with 2 pieces
-    (N 5120 / 7168) +3% to +24% at M <= 16, mixed at M=32 (-5% to +7%) and -1% to -10% from
-    M=48 (the unsplit tiles slow down as M shrinks, the cut ones do not); at K=1024 it lost
-    everywhere (-15% to -40%): the merge outweighs the k-blocks it spreads."""
+    w. ``boxed``: x loads in boxes of M rows (``choose_x_box``; M < 64).
+
+    With the box (one H100, docs/PERF.md (al), M 1-32, N 2880 / 5120 / 7168, K 4096 / 9216,
+    cut against uncut in the same run): uncut won at K=4096 everywhere (+8% to +14%: 1 x 5120
+    x 4096 0.83x -> 0.95x cuBLAS) and at K=9216 with 2 pieces (+5% to +7%); with 5 pieces
+    (N=2880) at K=9216 the cut tied at M <= 16 and won at M=32 (+5%). K 4097-9215 is unmeasured.
+    Without it (docs/PERF.md (aj), against the unsplit tiles): at N=2880 K >= 4096 it won at
+    every M (+13% to +36% at K=9216); with 2 pieces +3% to +24% at M <= 16, mixed at M=32
+    and -1% to -10% from M=48; at K=1024 it lost everywhere (-15% to -40%): the merge
+    outweighs the k-blocks it spreads. The box is what the cut was making up for: a 64-row box
+    of one row slows every k-block, and the cut spread those k-blocks over idle SMs."""
+    if boxed:
+        return K >= 8192 and pieces >= 5
     return K >= 4096 and pieces >= 2 and (pieces >= 5 or M <= 16)
 
 
 def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
-    """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``).
-    Off everywhere until a GPU times it (``scripts/gpu_runs.sh OUT xloads``). Why it may win:
-    the GEMM alone's 64-row plan at one tile row slows as M shrinks, 55.9 us at M=64 to 66.1
-    at M=1 on 8192 x 9216 (one H100, docs/PERF.md (aj)), cuBLAS flat, where every CTA asks L2
-    for x's same k-block at once (at M=1 one 128-byte line)."""
+    """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``):
+    nowhere. The idea was that every CTA asking L2 for x's same k-block at once slows the
+    64-row plan at small M. One H100 (docs/PERF.md (al)) said no: on the GEMM alone at M 1-64
+    (60 shapes) geomean 0.904x -> 0.886x cuBLAS alone, 0.935x -> 0.921x on top of the x box;
+    on the grid's M 128-2048 (30 shapes) 0.983x -> 0.913x (-21% at 2048 x 7168 x 9216). It
+    won only without the box at 8192 x 9216, M <= 16 (+7%), which the box wins by more.
+    x's box was the cause (``choose_x_box``)."""
     return False
 
 
 def choose_x_box(mode: str, M: int) -> bool:
     """Whether a call of M rows loads x in boxes of M rows rounded up to 8 / 16 / 32 / 64
-    (``launch.resolve.x_rows_for``) rather than the tile's rows. Off everywhere until a GPU
-    times it (``scripts/gpu_runs.sh OUT xloads``, docs/PERF.md (ak)): the other reading of the slowdown
-    ``choose_k_stagger`` describes is the TMA filling a 64-row box that holds one row."""
-    return False
+    (``launch.resolve.x_rows_for``: the plain GEMM of bf16 / fp16 operands on 1-CTA tiles,
+    M below the tile's rows) rather than the tile's rows: the plain GEMM, wherever a kernel
+    has the box. One H100 (docs/PERF.md (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 /
+    4096 / 9216, against the same plans with full boxes): geomean 0.904x -> 0.935x cuBLAS,
+    up to +20% (1 x 8192 x 9216: 0.81x -> 0.98x); a tie at M=64 (the box is the tile); the
+    TMA fills a box's rows beyond x with zeros at a cost, not for free. With the uncut plans
+    ``choose_gemm_split`` then picks: 0.955x."""
+    return mode == "gemm"
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:

@@ -243,8 +243,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sm90_utils.get_smem_layout_atom(row, ab, bk), ab)
         self.a_smem_staged = cute.tile_to_shape(atom, (self.bm, bk, self.ab_stage), order=(0, 1, 2))
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
-        # x's box: the stage's first x_rows rows (the atom is 8 rows, stacked along M first, so
-        # these rows are laid out as in the whole tile's stage)
+        # x's tail box: the stage's first x_rows rows (the atom is 8 rows, stacked along M
+        # first, so these rows are laid out as in the whole tile's stage)
+        self.a_tile = cute.tile_to_shape(atom, (self.bm, bk), order=(0, 1))
         self.a_box = cute.tile_to_shape(atom, (self.x_rows, bk), order=(0, 1))
 
     def _make_mma(self) -> Any:
@@ -311,7 +312,11 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            _tma_op(self.mc_a), mA, self.a_box, (self.x_rows, self.bk), num_multicast=self.mc_a)
+            _tma_op(self.mc_a), mA, self.a_tile, (self.bm, self.bk), num_multicast=self.mc_a)
+        tma_x, tma_tX = tma_a, tma_tA  # the tail box's atom where the variant has one
+        if cutlass.const_expr(self.x_rows != self.bm):
+            tma_x, tma_tX = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                _tma_op(1), mA, self.a_box, (self.x_rows, self.bk))
         tma_b, tma_tB = cute.nvgpu.cpasync.make_tiled_tma_atom(
             _tma_op(self.mc_b), mB, cute.slice_(self.b_smem_staged, (None, None, 0)),
             (self.bn, self.bk), num_multicast=self.mc_b)
@@ -326,7 +331,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
 
         self.shared_storage = self._shared_storage()
         self.kernel(
-            tma_a, tma_tA, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma, self.a_smem_staged,
+            tma_a, tma_tA, tma_x, tma_tX, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma,
+            self.a_smem_staged,
             self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, bias_addr, M, N, K, ws,
             peer_tab,
             mc_base, err_addr, rank,
@@ -339,7 +345,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
     @cute.kernel
     def kernel(
         self,
-        tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
+        tma_a: cute.CopyAtom, mA: cute.Tensor, tma_x: cute.CopyAtom, mX: cute.Tensor,
+        tma_b: cute.CopyAtom, mB: cute.Tensor,
         tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
         a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
         out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
@@ -357,6 +364,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.x_rows != self.bm):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
             if cutlass.const_expr(self.tma_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
         # cta_group 2: the cluster is one lane of the pair schedule; CTA v of it takes tile
@@ -380,14 +389,16 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         storage = smem.allocate(self.shared_storage)
         a_stage = cute.slice_(a_smem_staged, (None, None, 0))
         b_stage = cute.slice_(b_smem_staged, (None, None, 0))
+        a_tail_bytes = cute.size_in_bytes(self.ab_elem, a_stage) * self.x_rows // self.bm
+        a_rest_bytes = cute.size_in_bytes(self.ab_elem, a_stage) - a_tail_bytes
         ab_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stage,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
                 pipeline.Agent.Thread, self.stage_threads // 32 * self.cta_group),
-            tx_count=(cute.size_in_bytes(self.ab_elem, a_stage) * self.x_rows // self.bm
-                      + cute.size_in_bytes(self.ab_elem, b_stage)),
+            # a stage of the tail row's tiles; the other rows' add the rest of x's tile
+            tx_count=(a_tail_bytes + cute.size_in_bytes(self.ab_elem, b_stage)),
             cta_layout_vmnk=cute.make_layout((1, self.cta_group, 1, 1)),
             defer_sync=True,
         )
@@ -409,16 +420,21 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             sS_ptr = storage.sS.data_ptr()
         sC = cute.make_tensor(sC_ptr, self._slot_layout(self.epi_slots))
 
-        # a box of x_rows runs only calls with M <= x_rows (``launch.resolve.x_rows_for``):
-        # tile row 0 is the only one, and its index counts boxes and tiles alike
-        gA = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
-        sA_box = sA
-        if cutlass.const_expr(self.x_rows != self.bm):
-            sA_box = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
-        gB = cute.local_tile(mB, (self.bn, self.bk), (None, None))
+        gA = cute.local_tile(mA, (self.bm, self.bk), (None, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_a, v_in_pair if self.mc_a > 1 else 0, cute.make_layout(self.mc_a),
-            cute.group_modes(sA_box, 0, 2), cute.group_modes(gA, 0, 2))
+            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        # the last tile row, of M - (tiles_m - 1) * bm <= x_rows rows (``launch.resolve.
+        # x_rows_for``), loads a box of x_rows: the TMA fills a box's rows beyond x with zeros
+        # slowly, and the rows of the stage it leaves stale only feed output rows past M
+        tXsX, tXgX = tAsA, tAgA
+        if cutlass.const_expr(self.x_rows != self.bm):
+            gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
+            sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
+            tXsX, tXgX = cute.nvgpu.cpasync.tma_partition(
+                tma_x, 0, cute.make_layout(1),
+                cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2))
+        gB = cute.local_tile(mB, (self.bn, self.bk), (None, None))
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_b, 0 if self.pair_n else v_in_pair, cute.make_layout(self.mc_b),
             cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
@@ -446,6 +462,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     if u >= Int32(0):
                         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
                         tAgA_t = tAgA[(None, tm, None)]
+                        tail = tm == tiles_m - Int32(1)
+                        tXgX_t = tXgX[(None, tm * Int32(self.bm // self.x_rows), None)]
                         tBgB_t = tBgB[(None, tn, None)]
                         prod.reset_count()
                         n_k = k_hi - k_lo
@@ -457,9 +475,21 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                             kt = k_lo + prod.count
                             if cutlass.const_expr(self.k_stagger):
                                 kt = k_lo + (prod.count + k_off) % n_k
-                            cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
-                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                      mcast_mask=a_mask)
+                            if cutlass.const_expr(self.x_rows == self.bm):
+                                cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
+                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                          mcast_mask=a_mask)
+                            else:
+                                if tail:
+                                    cute.copy(tma_x, tXgX_t[(None, kt)], tXsX[(None, prod.index)],
+                                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                                else:
+                                    with cute.arch.elect_one():
+                                        cute.arch.mbarrier_expect_tx(
+                                            ab_pipe.producer_get_barrier(prod), a_rest_bytes)
+                                    cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
+                                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                                              mcast_mask=a_mask)
                             cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
                                       tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
                                       mcast_mask=b_mask)

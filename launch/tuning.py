@@ -86,9 +86,10 @@ class Tuning:
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
     ``k_stagger``: each lane starts its k-blocks at its own offset (sm90, not with
     block-wise fp8 scales); None: ``launch.rules.choose_k_stagger`` decides. ``x_box``: a
-    plain GEMM call of M below its tile's rows loads x in boxes of M rows rounded up to 8,
-    16, 32 or 64 (``Variant.x_rows``; bf16 / fp16 on 1-CTA tiles), not boxes of the tile's rows
-    that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides.
+    plain GEMM call whose last tile row holds fewer rows than the tile loads that row of x in
+    boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``; bf16 / fp16 on
+    1-CTA tiles), not boxes of the tile's rows that the TMA fills with zeros; None:
+    ``launch.rules.choose_x_box`` decides.
     """
 
     bn: int | None = None

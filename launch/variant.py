@@ -84,10 +84,11 @@ class Variant:
     all read the same k-block of x at once (at one tile row every CTA reads x's same few
     lines); the sums are the same products added in a rotated order.
     ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles; 0: the tile's rows):
-    each k-block's load of x is a box of this many rows (8, 16, 32 or 64, fewer than the tile's),
-    for calls whose M is at most that, so a decode call's TMA does not fill a 64-row box that
-    holds one row. The tile's other rows of the stage are never written: their garbage
-    accumulates into output rows past M, which no store writes.
+    the last tile row's loads of x are boxes of this many rows (8, 16, 32 or 64, fewer than the
+    tile's), for calls whose last tile row holds at most that many (M=1; M=129 on 128-row
+    tiles), so the TMA does not fill a box of the tile's rows that holds one row. The tile's
+    other rows of those stages are not written: their stale rows accumulate into output
+    rows past M, which no store writes.
     """
 
     arch: str
@@ -121,7 +122,7 @@ class Variant:
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     k_stagger: int = 0  # 1: each lane's k-blocks start at its own offset (Sm90FusedKernel)
-    x_rows: int = 0  # n > 0: x's k-block loads are boxes of n rows, for M <= n (Sm90FusedKernel)
+    x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

@@ -29,6 +29,10 @@
 #           7168 / 8192, K 1024 / 4096 / 9216): the default plans against the 1-CTA tiles
 #           (c1, c1+bn112: the plans choose_gemm_pairs_full_round replaced at K=1024) and 64-row tiles
 #           (bm64: a 64-row rule at M 129-192, +9..+18% at M=192 K=1024 in one run, (ai))
+#   tails   (1 GPU) the GEMM alone where the last tile row is partial (M 129 / 160 / 192 / 200 /
+#           300 / 520 / 1000 / 1100 / 3000, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216):
+#           the default plans, with and without the last row's box of x (xb0), on 1-CTA tiles
+#           (c1, c1+xb0) and 64-row tiles (bm64, bm64+xb0)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -52,7 +56,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -123,6 +127,11 @@ for s in "$@"; do
       step small_m 300 python3 scripts/gemm_one_gpu.py --columns default,c1,c1+bn112,bm64 \
         --shapes "$(shapes "129 160 192 256" "2880 5120 7168 8192")" --shuffle 3 \
         --build-jobs "$(nproc)" --json "$out/small_m.json" ;;
+    tails)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step tails 420 python3 scripts/gemm_one_gpu.py --columns default,xb0,c1,c1+xb0,bm64,bm64+xb0 \
+        --shapes "$(shapes "129 160 192 200 300 520 1000 1100 3000" "2880 5120 7168 8192")" \
+        --shuffle 4 --build-jobs "$(nproc)" --json "$out/tails.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

@@ -97,12 +97,13 @@ def test_gemm_pingpong_plans():
 
 def test_gemm_split_one_round_rule():
     """``choose_gemm_split``: the plain GEMM's 64-row round at M <= 64 cut along K (a grid of
-    tiles x pieces) at K >= 4096 with 5+ pieces, or 2+ at M <= 16; never where the caller
-    forced ``sk``, a width or the rows, nor at K=1024, nor where no SM is left (N=8192: 74
-    tiles)."""
+    tiles x pieces): below 64 rows, where x loads in boxes of M rows, at K >= 8192 with 5+
+    pieces; at M=64 (or with the box turned off) at K >= 4096 with 5+ pieces, or 2+ at
+    M <= 16; never where the caller forced ``sk``, a width or the rows, nor at K=1024, nor
+    where no SM is left (N=8192: 74 tiles)."""
     from launch.rules import choose_gemm_split
-    split = set()
-    for M, N, K in itertools.product((1, 16, 17, 48, 64, 65), (2880, 5120, 7168, 8192),
+    split, split_unboxed = set(), set()
+    for M, N, K in itertools.product((1, 16, 17, 48, 63, 64, 65), (2880, 5120, 7168, 8192),
                                      (1024, 4096, 9216)):
         p = make_plan(M, N, K, 2, 132, "gemm")
         if M > 64:
@@ -111,16 +112,23 @@ def test_gemm_split_one_round_rule():
         units = -(-N // 112)
         pieces = min(132 // units, 8)
         assert p.bm == 64 and p.bn == 112 and p.num_units == units
-        want = choose_gemm_split(M, K, pieces)
-        assert p.sk == (pieces if want else 0)
-        assert p.grid == (units * pieces if want else units)
-        if want:
-            split.add((M, N, K))
+        for x_box, cut in ((True, split), (False, split_unboxed)):
+            p = make_plan(M, N, K, 2, 132, "gemm", x_box=x_box)
+            want = choose_gemm_split(M, K, pieces, x_box and M < 64)
+            assert p.sk == (pieces if want else 0)
+            assert p.grid == (units * pieces if want else units)
+            if want:
+                cut.add((M, N, K))
         assert not make_plan(M, N, K, 2, 132, "gemm", sk=False).sk
         assert not make_plan(M, N, K, 2, 132, "gemm", bm=64, bn=112).sk
         assert not make_plan(M, N, K, 2, 132, "gemm", band=0).sk
-    assert (1, 2880, 9216) in split and (48, 2880, 4096) in split and (16, 7168, 4096) in split
-    assert not any(K == 1024 or N == 8192 or (M > 16 and N != 2880) for M, N, K in split)
+    assert {(M, 2880, 9216) for M in (1, 16, 48, 63, 64)} <= split
+    assert (64, 2880, 4096) in split and (16, 2880, 4096) not in split
+    assert not any(K == 1024 or N == 8192 or (M < 64 and (K, N) != (9216, 2880))
+                   for M, N, K in split)
+    assert (1, 2880, 4096) in split_unboxed and (16, 7168, 4096) in split_unboxed
+    assert not any(K == 1024 or N == 8192 or (M > 16 and N != 2880)
+                   for M, N, K in split_unboxed)
 
 
 @pytest.mark.parametrize("mode", ["rs", "ar"])

@@ -375,8 +375,8 @@ def test_pingpong_knob(variants):
 
 
 @pytest.mark.parametrize("M,N,K,want", [
-    (256, 7168, 1024, True), (129, 7168, 1024, True), (256, 8192, 1024, True),
-    (192, 8192, 512, True),
+    (256, 7168, 1024, True), (200, 7168, 1024, True), (256, 8192, 1024, True),
+    (240, 8192, 512, True),
     (256, 5120, 1024, False), (256, 2880, 1024, False),  # rounds filling 92 / 52 SMs
     (128, 7168, 1024, False), (257, 7168, 1024, False), (512, 8192, 1024, False)])
 def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
@@ -401,3 +401,30 @@ def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
     for mode in ("rs", "ar"):
         assert resolve(Shape(M, N, K, mode), hw, 2, "unicast")[0] == \
             make_plan(M, N, K, 2, 132, mode, push_all=None)
+
+
+@pytest.mark.parametrize("N", [2880, 5120, 7168, 8192])
+@pytest.mark.parametrize("K", [1024, 4096, 9216])
+@pytest.mark.parametrize("M", [129, 160, 192, 193, 200, 256])
+def test_gemm_tail_row_one_cta(M, N, K):
+    """``choose_gemm_tail_one_cta``: where the bf16 GEMM alone would pair two tile rows whose
+    last holds 64 rows or fewer, it runs the 1-CTA plan a forced cta_group=1 gets, with x's
+    box on that row; with the box off, in fp16 (unmeasured), from 65 rows in the last row and
+    in the fused ops, the plans stay."""
+    from launch import Dtypes, Hardware, Shape, Tuning, resolve
+    from launch.rules import choose_gemm_tail_one_cta
+    hw = Hardware("sm_90a", 132)
+    plan, v = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast")
+    unboxed, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(x_box=False))
+    one_cta, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(cta_group=1))
+    moved = unboxed.cta_group == 2 and choose_gemm_tail_one_cta(M)
+    assert choose_gemm_tail_one_cta(M) is (M <= 192)
+    if moved:
+        assert plan == one_cta and v.x_rows == next(r for r in (8, 16, 32, 64) if M - 128 <= r)
+    else:
+        assert plan == unboxed
+    f16, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))
+    assert f16 == resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"),
+                          Tuning(x_box=False))[0]
+    assert resolve(Shape(M, N, K, "rs"), hw, 2, "unicast")[0] == \
+        make_plan(M, N, K, 2, 132, "rs", push_all=None)

@@ -2,9 +2,12 @@
 one recorded from the op before ``launch.resolve`` existed, and its PTX is byte-identical
 (sm90 and sm100, RS / AR / the plain GEMM, bf16 / fp16 / fp8, block-wise scales, bias,
 partial tiles, world 4, multicast). A kernel change that means to move PTX re-records it:
-``python3 tests/test_variant_identity.py --write``. Re-recorded once since: 2026-12-05, when
-the schedule's part rotation left the kernels (the round-order variants, 15 of the 24,
-moved; the other 9 kept their PTX)."""
+``python3 tests/test_variant_identity.py --write``. Re-recorded twice since, both 2026-12-05:
+when the schedule's part rotation left the kernels (the round-order variants, 15 of the 24,
+moved; the other 9 kept their PTX); and when x's box gained an atom of its own for the last
+tile row (``Variant.x_rows``), two kernel parameters every sm90 variant takes (the 17 sm90
+entries moved; their bodies, with the parameters renumbered, were identical to the old
+ones on the 224-wide GEMM and the 256-wide RS on pairs)."""
 from __future__ import annotations
 
 import dataclasses

@@ -84,9 +84,12 @@ def test_x_box_rows_on_64_row_tiles(M, rows):
                    tuning=Tuning(x_box=False))[1].x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 0), (300, 0)])
+@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 0), (128, 0),
+                                    (129, 8), (192, 64), (200, 0), (256, 0), (300, 64),
+                                    (4097, 8)])
 def test_x_box_rows_on_128_row_tiles(M, rows):
-    """fp16 keeps the 128-row plans at small M: boxes up to 64 rows there."""
+    """fp16 keeps the 128-row plans at small M: boxes up to 64 rows there, on the last tile
+    row of any M."""
     plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast", Dtypes("f16"),
                       Tuning(x_box=True, cta_group=1))
     assert plan.bm == 128 and v.x_rows == rows
@@ -133,7 +136,8 @@ def test_kernel_refuses_a_box_it_cannot_load(v):
 
 @pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (128, 64)])
 def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
-    """Each stage expects x's box of ``rows`` rows and w's tile, and nothing else moves."""
+    """Each stage expects x's box of ``rows`` rows and w's tile (the last tile row's loads),
+    and nothing else moves."""
     pytest.importorskip("cutlass")
     import dataclasses
     import re
@@ -147,6 +151,11 @@ def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
     assert tx(whole) == {(bm + 112) * 128} and tx(boxed) == {(rows + 112) * 128}
     for op in ("wgmma.mma_async", "cp.async.bulk.tensor.2d.global", "stmatrix"):
         assert whole.count(op) == boxed.count(op), op
+    # the tail row's box is a load of its own; the other rows expect the rest of x's tile
+    load = "cp.async.bulk.tensor.2d.shared::cta.global"
+    assert boxed.count(load) > whole.count(load) > 0
+    assert "mbarrier.expect_tx" in boxed and "mbarrier.expect_tx" not in whole
+    assert f"{(bm - rows) * 128};" in boxed
     log = ptxas_log(boxed, tmp_path)
     assert " 0 bytes spill stores" in log, log[-800:]
     for note in ("C7514", "C7517", "C7520"):

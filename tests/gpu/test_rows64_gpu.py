@@ -75,7 +75,7 @@ def test_default_rule_rows64(comm, M, K, N):
     op = get_op(comm, N, False)
     p = op.plan(M, K, mode="gemm")
     pieces = min(op.sm_count // -(-N // p.bn), 8)
-    assert p.bm == 64 and p.sk == (pieces if choose_gemm_split(M, K, pieces) else 0)
+    assert p.bm == 64 and p.sk == (pieces if choose_gemm_split(M, K, pieces, M < 64) else 0)
     x, w = rank_inputs(M * 17 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, bm=128, bn=p.bn, cta_group=1, sk=bool(p.sk)) as rows128:
         assert rows128.plan(M, K, mode="gemm").sk == p.sk

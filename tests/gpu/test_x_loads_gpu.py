@@ -1,9 +1,10 @@
 """How x is loaded at small M.
 
-x's box of M rows (``Tuning.x_box``, ``Variant.x_rows``): the tile's other rows are never
-loaded, so their garbage must stay in output rows past M; the sums are the same products in
-the same order, so the result is bitwise the whole-box plan's, on every tile form the box
-runs with (64 / 128 rows, the split-K tail, the TMA and thread stores, fp16).
+x's box of the last tile row's rows (``Tuning.x_box``, ``Variant.x_rows``): the tile's
+other rows are not loaded there, so their garbage must stay in output rows past M; the sums
+are the same products in the same order, so the result is bitwise the whole-box plan's, on
+every tile form the box runs with (64 / 128 rows, one tile row or several, the split-K tail,
+the TMA and thread stores, fp16).
 
 Staggered k-blocks (``Tuning.k_stagger``, ``Variant.k_stagger``): each lane starts its
 k-blocks at its own offset and wraps, so a wrong offset, a k-block skipped or one added twice
@@ -36,7 +37,7 @@ def _dev() -> torch.device:
     {"bm": 128, "bn": 160, "cta_group": 2, "pingpong": True}],
     ids=["r64", "r64sk", "bn64", "c2bn224", "sk", "pp160"])
 @pytest.mark.parametrize("N", [7168, 2880])
-@pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (16, 9216), (63, 1000), (200, 4096),
+@pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (16, 9216), (63, 960), (200, 4096),
                                  (1000, 1024), (3000, 9216)])
 def test_gemm_only_staggered(comm, M, K, N, form):
     op = get_op(comm, N, False)
@@ -97,13 +98,19 @@ def test_block_scales_refuse_stagger_op_usable(comm):
     ids=["r64", "r64sk", "r64bn256", "r64ts0", "bn64", "sk", "bn176ts0"])
 @pytest.mark.parametrize("N", [7168, 2880])
 @pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (7, 1024), (8, 9216), (9, 4096),
-                                 (17, 1000), (32, 4096), (33, 1024), (63, 9216), (64, 4096)])
+                                 (17, 960), (32, 4096), (33, 1024), (63, 9216), (64, 4096),
+                                 (65, 1024), (129, 4096), (190, 960), (1000, 9216),
+                                 (3000, 4096)])
 def test_gemm_only_x_box(comm, M, K, N, form):
+    """The box on the last tile row of any M: the only tile row below 64 rows, or the
+    partial last one of several (M=129: a box of 8 rows after a whole tile row)."""
     op = get_op(comm, N, False)
     x, w = rank_inputs(M * 5 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, x_box=True, cta_group=1, **form) as boxed, \
             knobs(op, x_box=False, cta_group=1, **form) as whole:
-        rows = next((r for r in X_ROWS if M <= r < form["bm"]), 0)
+        bm = form["bm"]
+        tail = M - (M - 1) // bm * bm
+        rows = next((r for r in X_ROWS if tail <= r < bm), 0)
         assert boxed.variant(M, K, mode="gemm").x_rows == rows
         assert whole.variant(M, K, mode="gemm").x_rows == 0
         # twice: the second call finds the stages' unloaded rows holding the first's data
@@ -120,6 +127,14 @@ def test_x_box_after_larger_calls_and_fp16(comm):
         xb[1:] = float("nan")
         boxed.gemm_only(xb, w)  # the 64-row plan, whole boxes: NaN rows land in the stages
         for M in (1, 5, 16, 24):
+            x, _ = rank_inputs(M, op.rank, M, op.N, 4096, _dev())
+            check_gemm_only(boxed, x, w)
+        # several tile rows: whole boxes of NaN rows, then calls ending on a partial row
+        xb, _ = rank_inputs(4, op.rank, 512, op.N, 4096, _dev())
+        xb[::3] = float("nan")
+        boxed.gemm_only(xb, w)
+        for M in (129, 300, 440):
+            assert boxed.variant(M, 4096, mode="gemm").x_rows > 0
             x, _ = rank_inputs(M, op.rank, M, op.N, 4096, _dev())
             check_gemm_only(boxed, x, w)
     half = get_op(comm, 7168, False, dtype=torch.float16)
