@@ -213,7 +213,7 @@ def choose_gemm_tail_one_cta(M: int) -> bool:
     fewer (M 129-192): there x's box (``choose_x_box``) loads that row's few rows, and the
     pair kernel has no box, so its TMA fills 64-127 rows of zeros every k-block. One H100
     (docs/PERF.md (al), M 129 / 160 / 192, N 5120 / 7168 / 8192, K 1024 / 4096 / 9216,
-    against the pair plans in the same run): +5% to +49% at K >= 4096 (129 x 7168 x 4096:
+    against the pair plans in the same run): +5% to +51% at K >= 4096 (129 x 7168 x 4096:
     0.64x -> 0.90x cuBLAS), +6% to +16% at K=1024 for N 7168 / 8192 at M 129 / 160, a tie at
     M=192. With 3+ tile rows (M 300, 520) the 1-CTA plans won and lost by turns (-13% to
     +21%): no rule there; a last row of 65-127 rows has no box (M 200: pairs ahead)."""
