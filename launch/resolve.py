@@ -22,7 +22,7 @@ from multicast.errors import RsarValueError, UnsupportedError
 
 from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
 from .plan import make_plan, push_plan
-from .rules import (auto_push_all, choose_k_stagger, choose_x_box, default_early_copy,
+from .rules import (auto_push_all, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
                     default_stages, default_tma_store)
 from .tuning import Tuning
@@ -100,11 +100,6 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit = default_lean_exit(arch, transport, mode)
     else:
         lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
-    if t.k_stagger is None:
-        k_stagger = int(sm90 and not dtypes.block_scales
-                        and choose_k_stagger(plan.mode, plan.bm, plan.tiles_m, shape.K))
-    else:
-        k_stagger = int(t.k_stagger and sm90)
     x_rows = x_rows_for(shape.M, plan, dtypes) if x_box and sm90 else 0
     if t.epi_slots or not sm90:
         stages = 0
@@ -122,7 +117,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        k_stagger=k_stagger, x_rows=x_rows)
+        x_rows=x_rows)
     return plan, v
 
 
@@ -153,8 +148,7 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                                  f"block of w per tile column), not Tuning.bn={t.bn}")
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
-        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "k_stagger",
-                                       "x_box")
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box")
                            if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
@@ -163,9 +157,6 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError(f"Tuning.bm={t.bm}: 64-row tiles run the plain GEMM (gemm_only) "
                              f"of bf16 / fp16 operands without ping-pong; this call is "
                              f"{shape.mode}{' with fp8 operands' if dtypes.operands else ''}")
-    if t.k_stagger and dtypes.block_scales:
-        raise RsarValueError("Tuning.k_stagger: block-wise fp8 scales are read in k order; "
-                             "leave k_stagger at None or False")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 

@@ -32,7 +32,6 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_k_stagger`` | nowhere (slower wherever timed) | k-blocks in order | (al) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA, M < the tile's rows | x's box of M rows (8 / 16 / 32 / 64) | (al) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
@@ -263,17 +262,6 @@ def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
     if boxed:
         return K >= 8192 and pieces >= 5
     return K >= 4096 and pieces >= 2 and (pieces >= 5 or M <= 16)
-
-
-def choose_k_stagger(mode: str, bm: int, tiles_m: int, K: int) -> bool:
-    """Whether a kernel's lanes start their k-blocks at staggered offsets (``Variant.k_stagger``):
-    nowhere. The idea was that every CTA asking L2 for x's same k-block at once slows the
-    64-row plan at small M. One H100 (docs/PERF.md (al)) said no: on the GEMM alone at M 1-64
-    (60 shapes) geomean 0.904x -> 0.886x cuBLAS alone, 0.935x -> 0.921x on top of the x box;
-    on the grid's M 128-2048 (30 shapes) 0.983x -> 0.913x (-21% at 2048 x 7168 x 9216). It
-    won only without the box at 8192 x 9216, M <= 16 (+7%), which the box wins by more.
-    x's box was the cause (``choose_x_box``)."""
-    return False
 
 
 def choose_x_box(mode: str, M: int) -> bool:

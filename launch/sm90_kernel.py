@@ -130,9 +130,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if self.sk and (cta_group != 1 or push_all or not (mode == "gemm" or self.flat)):
             raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")
-        self.k_stagger = bool(v.k_stagger)
-        if self.k_stagger and self.block_scales:
-            raise ValueError("staggered k-blocks: block-wise scales are read in k order")
         self.pingpong = bool(pingpong)
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
@@ -467,14 +464,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                         tBgB_t = tBgB[(None, tn, None)]
                         prod.reset_count()
                         n_k = k_hi - k_lo
-                        k_off = Int32(0)
-                        if cutlass.const_expr(self.k_stagger):
-                            k_off = lane * n_k // chunk
                         for _k in range(n_k):
                             ab_pipe.producer_acquire(prod)
                             kt = k_lo + prod.count
-                            if cutlass.const_expr(self.k_stagger):
-                                kt = k_lo + (prod.count + k_off) % n_k
                             if cutlass.const_expr(self.x_rows == self.bm):
                                 cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
                                           tma_bar_ptr=ab_pipe.producer_get_barrier(prod),

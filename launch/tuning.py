@@ -50,7 +50,6 @@ _ACCEPTS = {
     "push_ctas": "an int >= 0 (0: off; at most a quarter of the SMs)",
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
-    "k_stagger": "None, True or False",
     "x_box": "None, True or False",
     "trace": "True or False",
 }
@@ -84,8 +83,7 @@ class Tuning:
     Experiments, off by default until two GPUs time them: ``push_ctas`` CTAs that only
     push (RS); ``lean_exit`` the exit without system fences; ``pingpong=True`` on the fused
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
-    ``k_stagger``: each lane starts its k-blocks at its own offset (sm90, not with
-    block-wise fp8 scales); None: ``launch.rules.choose_k_stagger`` decides. ``x_box``: a
+    ``x_box``: a
     plain GEMM call whose last tile row holds fewer rows than the tile loads that row of x in
     boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``; bf16 / fp16 on
     1-CTA tiles), not boxes of the tile's rows that the TMA fills with zeros; None:
@@ -114,7 +112,6 @@ class Tuning:
     push_ctas: int = 0
     lean_exit: bool | None = None
     pingpong: bool | None = None
-    k_stagger: bool | None = None
     x_box: bool | None = None
     trace: bool = False
 
@@ -156,7 +153,7 @@ def _valid(name: str, v: Any) -> bool:
     if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
-                "tma_store", "lean_exit", "pingpong", "k_stagger", "x_box"):
+                "tma_store", "lean_exit", "pingpong", "x_box"):
         return v is None or _is_bool(v)
     if name == "bn":
         return v is None or (_is_int(v) and v in TILE_NS)

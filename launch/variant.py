@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "k_stagger", "x_rows")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows")
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,6 @@ class Variant:
     ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``).
     ``bm`` 64 (the plain GEMM on 1-CTA tiles, bf16 / fp16): 64-row tiles on one MMA warp
     group (256 threads), for small M where 128-row tiles leave SMs idle or rows empty.
-    ``k_stagger`` (not with block-wise scales): each lane starts its k-blocks at its own
-    offset, ``lane * n / lanes`` of its ``n``, and wraps, so the lanes of one round do not
-    all read the same k-block of x at once (at one tile row every CTA reads x's same few
-    lines); the sums are the same products added in a rotated order.
     ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles; 0: the tile's rows):
     the last tile row's loads of x are boxes of this many rows (8, 16, 32 or 64, fewer than the
     tile's), for calls whose last tile row holds at most that many (M=1; M=129 on 128-row
@@ -121,7 +117,6 @@ class Variant:
     in_dtype: str = ""  # "e4m3": fp8 x and w, scaled (launch.comm_warps.IN_DTYPES); "": dtype
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
-    k_stagger: int = 0  # 1: each lane's k-blocks start at its own offset (Sm90FusedKernel)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
 
     def tuning(self) -> dict[str, int]:

@@ -19,9 +19,9 @@ onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
-tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``ks`` / ``ks0``
-(each lane's k-blocks from its own offset, ``Variant.k_stagger`` / never), ``xb`` / ``xb0``
-(x loaded in boxes of M rows rounded up to 8 / 16 / 32 / 64, ``Variant.x_rows`` / never), joined
+tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
+last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
+``Variant.x_rows`` / never), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
@@ -76,8 +76,6 @@ def column_knobs(name: str) -> dict:
             knobs["pair_n"] = True
         elif part in ("pp", "pp0"):
             knobs["pingpong"] = part == "pp"
-        elif part in ("ks", "ks0"):
-            knobs["k_stagger"] = part == "ks"
         elif part in ("xb", "xb0"):
             knobs["x_box"] = part == "xb"
         elif part in ("ts", "ts0"):
@@ -86,7 +84,7 @@ def column_knobs(name: str) -> dict:
             knobs["band"] = int(part[4:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, ks, ks0, xb, xb0, "
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
                              f"joined with +)")
     return knobs
 

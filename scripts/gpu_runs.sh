@@ -18,13 +18,11 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
-#   xloads  (1 GPU) how x is loaded at small M, two experiments against the default plans:
-#           staggered k-blocks (ks: Tuning.k_stagger) and x's box of M rows (xb:
-#           Tuning.x_box), alone and together, on the GEMM alone at M 1-64 (N 2880 / 5120 /
-#           7168 / 8192, K 1024 / 4096 / 9216), with and without the one round cut along K
-#           (sk0); staggered on the grid's M 128-2048; the kernels built first on every core
+#   xloads  (1 GPU) the GEMM alone at M 1-64 (N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
+#           9216): the default plans against x's whole-tile box (xb0) and the one round cut
+#           along K or not (sk, sk0); the kernels built first on every core
 #   xloads-checks  (1 GPU) tests/gpu/test_x_loads_gpu.py (with RSAR_ALLOW_SHARED_GPU=1 on
-#           one GPU), then ncu's L2-slice max / mean at M=1 and 64 for each way of loading
+#           one GPU), then ncu's L2-slice max / mean at M=1 and 64 with and without the box
 #   small-m (1 GPU) the GEMM alone at two tile rows (M 129 / 160 / 192 / 256, N 2880 / 5120 /
 #           7168 / 8192, K 1024 / 4096 / 9216): the default plans against the 1-CTA tiles
 #           (c1, c1+bn112: the plans choose_gemm_pairs_full_round replaced at K=1024) and 64-row tiles
@@ -105,17 +103,14 @@ for s in "$@"; do
     xloads)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step xloads_small 480 python3 scripts/gemm_one_gpu.py \
-        --columns default,ks,xb,ks+xb,sk0,sk0+ks,sk0+xb --shapes "$(shapes "1 8 16 32 64" \
-        "2880 5120 7168 8192")" --build-jobs "$(nproc)" --json "$out/xloads_small.json"
-      step xloads_grid 240 python3 scripts/gemm_one_gpu.py --columns default,ks \
-        --shapes "$(shapes "128 256 512 1024 2048" "7168 8192")" --build-jobs "$(nproc)" \
-        --json "$out/xloads_grid.json" ;;
+        --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
+        "2880 5120 7168 8192")" --build-jobs "$(nproc)" --json "$out/xloads_small.json" ;;
     xloads-checks)
       step xloads_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
         tests/gpu/test_x_loads_gpu.py
       # a slice's max far above the mean is a hot line; the box changes what the TMA fills
       if command -v ncu > /dev/null; then
-        for mk in 1,sk0 1,sk0+ks 1,sk0+xb 64,sk0 64,sk0+ks; do
+        for mk in 1,sk0+xb0 1,sk0+xb 64,sk0; do
           step "xloads_ncu_${mk//[,+]/_}" 120 ncu --clock-control none -k regex:Sm90FusedKernel \
             --launch-skip 2 --launch-count 1 --csv --metrics "$L2_METRICS" \
             python3 scripts/gemm_one_gpu.py --columns "${mk#*,}" --shapes "${mk%,*},8192,9216" \

@@ -233,17 +233,17 @@ def test_each_column_is_checked_on_what_it_computed():
         check_columns({"writes": writes}, (x, w), y, ref, err, "8x4x16")
 
 
-def test_stagger_columns_change_only_the_rotation():
+def test_box_columns_change_only_the_box():
     import dataclasses
     mod = _module()
-    for M, K in ((1, 4096), (64, 9216), (2048, 1024)):
-        plan, v = mod.column_plan("default", M, 7168, K)
-        for name, on in (("ks", 1), ("ks0", 0)):
-            p, vk = mod.column_plan(name, M, 7168, K)
-            assert p == plan and vk == dataclasses.replace(v, k_stagger=on)
+    for M, K in ((1, 1024), (129, 1024), (2048, 1024)):
+        plan, v = mod.column_plan("c1+xb", M, 7168, K)
+        p, v0 = mod.column_plan("c1+xb0", M, 7168, K)
+        assert p == plan and v0 == dataclasses.replace(v, x_rows=0)
+        assert v.x_rows == (8 if M % 128 == 1 else 0)
     # joined with the split-K switch, each keeps its own field
-    _, v = mod.column_plan("sk0+ks", 1, 7168, 4096)
-    assert (v.sk, v.k_stagger) == (0, 1)
+    _, v = mod.column_plan("sk0+xb", 1, 7168, 4096)
+    assert (v.sk, v.x_rows) == (0, 8)
 
 
 def test_build_jobs_compiles_what_the_cache_lacks_once(tmp_path, monkeypatch):
@@ -256,13 +256,13 @@ def test_build_jobs_compiles_what_the_cache_lacks_once(tmp_path, monkeypatch):
     monkeypatch.setattr(precompile, "build",
                         lambda vs, out, jobs, spawn: built.append((vs, out, jobs, spawn)))
     monkeypatch.setenv("RSAR_KERNEL_CACHE", str(tmp_path))
-    a = mod.parse(["--columns", "default,ks,sk0", "--shapes", "1,7168,4096;8,7168,4096",
+    a = mod.parse(["--columns", "default,xb0,sk0", "--shapes", "1,7168,4096;8,7168,4096",
                    "--build-jobs", "3"])
     mod.build_columns(a, 132, None, False)
     (vs, out, jobs, spawn), = built
     # spawned workers: this process has initialized CUDA by then
     assert out == tmp_path and jobs == 3 and spawn
-    want = {mod.column_plan(c, M, 7168, 4096)[1] for c in ("default", "ks", "sk0")
+    want = {mod.column_plan(c, M, 7168, 4096)[1] for c in ("default", "xb0", "sk0")
             for M in (1, 8)}
     assert set(vs) == want and len(vs) == len(want)
     # what the cache already holds is not built again

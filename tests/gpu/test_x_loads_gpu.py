@@ -1,17 +1,10 @@
-"""How x is loaded at small M.
+"""How x is loaded where the last tile row is partial.
 
 x's box of the last tile row's rows (``Tuning.x_box``, ``Variant.x_rows``): the tile's
 other rows are not loaded there, so their garbage must stay in output rows past M; the sums
 are the same products in the same order, so the result is bitwise the whole-box plan's, on
 every tile form the box runs with (64 / 128 rows, one tile row or several, the split-K tail,
 the TMA and thread stores, fp16).
-
-Staggered k-blocks (``Tuning.k_stagger``, ``Variant.k_stagger``): each lane starts its
-k-blocks at its own offset and wraps, so a wrong offset, a k-block skipped or one added twice
-shows as an error against float64. The GEMM alone on every tile form it runs with (64 / 128
-rows, 1-CTA and 2x1 clusters, the split-K tail, ping-pong, fp16), the fused RS / AR on 1-CTA
-and 2x1-cluster plans and with fp8 operands, and the same inputs twice bitwise (the rotation is fixed per
-plan, so a call repeats exactly).
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_x_loads_gpu.py
 """
@@ -23,72 +16,11 @@ import torch
 from gpu_ops import get_op
 from rsar_core.reference import rank_inputs
 from launch.geometry import X_ROWS
-from test_fused_gpu import check, check_gemm_only, check_gemm_only_bitwise, knobs
+from test_fused_gpu import check_gemm_only, check_gemm_only_bitwise, knobs
 
 
 def _dev() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.mark.parametrize("form", [
-    {"bm": 64, "bn": 112, "cta_group": 1}, {"bm": 64, "bn": 112, "cta_group": 1, "sk": True},
-    {"bm": 128, "bn": 64, "cta_group": 1}, {"bm": 128, "bn": 224, "cta_group": 2},
-    {"bm": 128, "bn": 128, "cta_group": 1, "sk": True},
-    {"bm": 128, "bn": 160, "cta_group": 2, "pingpong": True}],
-    ids=["r64", "r64sk", "bn64", "c2bn224", "sk", "pp160"])
-@pytest.mark.parametrize("N", [7168, 2880])
-@pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (16, 9216), (63, 960), (200, 4096),
-                                 (1000, 1024), (3000, 9216)])
-def test_gemm_only_staggered(comm, M, K, N, form):
-    op = get_op(comm, N, False)
-    if N % form["bn"] and form.get("pingpong"):
-        pytest.skip("ping-pong runs widths that divide N")
-    x, w = rank_inputs(M * 7 + K + N, op.rank, M, N, K, _dev())
-    with knobs(op, k_stagger=True, **form) as staggered:
-        assert staggered.variant(M, K, mode="gemm").k_stagger == 1
-        y = check_gemm_only(staggered, x, w)
-        y2 = staggered.gemm_only(x, w)
-        torch.cuda.synchronize()
-        assert torch.equal(y, y2)
-
-
-def test_fp16_staggered(comm):
-    op = get_op(comm, 7168, False, dtype=torch.float16)
-    x, w = rank_inputs(11, op.rank, 40, op.N, 4096, _dev(), dtype=torch.float16)
-    with knobs(op, k_stagger=True) as staggered:
-        check_gemm_only(staggered, x, w)
-
-
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("M,K", [(1, 1024), (300, 4096)])
-def test_fp8_staggered(comm, M, K, ar):
-    from test_fp8_gpu import _op, check_fp8
-    with knobs(_op(comm, 7168, ar), k_stagger=True) as op:
-        assert op.variant(M, K).k_stagger == 1
-        check_fp8(op, seed=M + K, M=M, K=K)
-
-
-@pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
-@pytest.mark.parametrize("cta_group", [1, 2])
-@pytest.mark.parametrize("M,K", [(1, 4096), (129, 1024), (1000, 9216), (4096, 4096)])
-def test_fused_staggered(comm, M, K, ar, cta_group):
-    with knobs(get_op(comm, 7168, ar), k_stagger=True, cta_group=cta_group) as op:
-        assert op.variant(M, K).k_stagger == 1
-        check(op, seed=M * 3 + K + cta_group, M=M, K=K)
-
-
-def test_block_scales_refuse_stagger_op_usable(comm):
-    """Staggering with block-wise fp8 scales is refused before any launch; the bf16 op with
-    the same tuning runs after it."""
-    from launch import Dtypes, Hardware, Shape, Tuning, resolve
-    from rsar_core import RsarValueError
-    with pytest.raises(RsarValueError, match="k_stagger"):
-        resolve(Shape(64, 7168, 1024, "gemm"), Hardware("sm_90a", 132), 2, "unicast",
-                Dtypes("bf16", "e4m3", True), Tuning(k_stagger=True))
-    op = get_op(comm, 7168, False)
-    x, w = rank_inputs(5, op.rank, 64, op.N, 1024, _dev())
-    with knobs(op, k_stagger=True) as staggered:
-        check_gemm_only(staggered, x, w)
 
 
 @pytest.mark.parametrize("form", [
@@ -144,11 +76,18 @@ def test_x_box_after_larger_calls_and_fp16(comm):
         check_gemm_only_bitwise(boxed, whole, x, w)
 
 
-@pytest.mark.parametrize("M,K", [(1, 4096), (16, 9216)])
-def test_x_box_and_stagger_together(comm, M, K):
-    op = get_op(comm, 7168, False)
-    x, w = rank_inputs(M + K, op.rank, M, op.N, K, _dev())
-    with knobs(op, x_box=True, k_stagger=True) as both, knobs(op, k_stagger=True) as ks:
-        v = both.variant(M, K, mode="gemm")
-        assert v.x_rows > 0 and v.k_stagger == 1
-        check_gemm_only_bitwise(both, ks, x, w)
+@pytest.mark.parametrize("M", [129, 160, 192])
+@pytest.mark.parametrize("N,K", [(7168, 4096), (8192, 1024), (5120, 9216)])
+def test_default_tail_row_one_cta(comm, M, N, K):
+    """``choose_gemm_tail_one_cta``: by default the GEMM alone at M 129-192 runs 1-CTA tiles
+    with the last row's box where it would pair the two tile rows; it and the pair plan
+    against float64, on the same workspace."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 3 + N + K, op.rank, M, N, K, _dev())
+    p, v = op.plan(M, K, mode="gemm"), op.variant(M, K, mode="gemm")
+    assert p.cta_group == 1 and v.x_rows == next(r for r in X_ROWS if M - 128 <= r)
+    check_gemm_only(op, x, w)
+    with knobs(op, x_box=False) as unboxed:
+        assert unboxed.plan(M, K, mode="gemm").cta_group == 2
+        check_gemm_only(unboxed, x, w)
+    check_gemm_only(op, x, w)  # after the pair plan ran on the same workspace
