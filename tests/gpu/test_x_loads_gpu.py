@@ -152,3 +152,20 @@ def test_x_box_and_stagger_together(comm, M, K):
         v = both.variant(M, K, mode="gemm")
         assert v.x_rows > 0 and v.k_stagger == 1
         check_gemm_only_bitwise(both, ks, x, w)
+
+
+@pytest.mark.parametrize("M", [129, 160, 192])
+@pytest.mark.parametrize("N,K", [(7168, 4096), (8192, 1024), (5120, 9216)])
+def test_default_tail_row_one_cta(comm, M, N, K):
+    """``choose_gemm_tail_one_cta``: by default the GEMM alone at M 129-192 runs 1-CTA tiles
+    with the last row's box where it would pair the two tile rows; it and the pair plan
+    against float64, on the same workspace."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 3 + N + K, op.rank, M, N, K, _dev())
+    p, v = op.plan(M, K, mode="gemm"), op.variant(M, K, mode="gemm")
+    assert p.cta_group == 1 and v.x_rows == next(r for r in X_ROWS if M - 128 <= r)
+    check_gemm_only(op, x, w)
+    with knobs(op, x_box=False) as unboxed:
+        assert unboxed.plan(M, K, mode="gemm").cta_group == 2
+        check_gemm_only(unboxed, x, w)
+    check_gemm_only(op, x, w)  # after the pair plan ran on the same workspace
