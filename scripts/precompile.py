@@ -59,12 +59,15 @@ def variants(arch: str, world: int, transports: list[str],
     depth K / 2 (``launch.plan.plan_depth``), so the depths walked serve it as they are.
     ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
     ``launch.resolve.BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
-    fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``)."""
+    fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``). The plain
+    GEMM's 1-CTA variants come with each box of x's last tile row (``Variant.x_rows``): an
+    M that ends a tile row after 1-64 rows picks one."""
     from dataclasses import astuple
 
     from launch.comm_warps import IN_DTYPES
-    from launch.geometry import BLACKWELL
+    from launch.geometry import BLACKWELL, X_ROWS
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
+    from launch.rules import choose_x_box
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
@@ -90,6 +93,11 @@ def variants(arch: str, world: int, transports: list[str],
                                     d = Dtypes("bf16", dt) if dt in IN_DTYPES else Dtypes(dt)
                                 kinds.add(resolve_variant(Shape(M, N, K, mode),
                                                           Hardware(arch, sms), world, tr, d))
+    if choose_x_box("gemm", 1):
+        # any M may end on a partial tile row: the box of each row count below the tile's
+        kinds |= {replace(v, x_rows=r) for v in kinds for r in X_ROWS
+                  if v.mode == "gemm" and v.cta_group == 1 and not v.in_dtype
+                  and v.arch not in BLACKWELL and not v.x_rows and r < v.bm}
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)
