@@ -221,10 +221,11 @@ def test_gemm_only_one_cta_plans(comm, M, N, K):
 
 
 @pytest.mark.parametrize("N", [7168, 8192])
-@pytest.mark.parametrize("M,K", [(129, 1024), (200, 512), (256, 1024)])
+@pytest.mark.parametrize("M,K", [(200, 1024), (240, 512), (256, 1024)])
 def test_gemm_only_pairs_at_short_k(comm, M, N, K):
     """``choose_gemm_pairs_full_round``: two tile rows at K <= 1024 on 2x1 clusters (the
-    second row partial at M 129 / 200), against float64."""
+    second row partial at M 200 / 240: 65+ rows, no box; at M 129-192
+    ``choose_gemm_tail_one_cta`` takes 1-CTA tiles), against float64."""
     op = get_op(comm, N, False)
     assert op.plan(M, K, "gemm").cta_group == 2
     dev = torch.device("cuda", torch.cuda.current_device())
