@@ -423,7 +423,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
         # the last tile row, of M - (tiles_m - 1) * bm <= x_rows rows (``launch.resolve.
         # x_rows_for``), loads a box of x_rows: the TMA fills a box's rows beyond x with zeros
-        # slowly, and the rows of the stage it leaves stale only feed output rows past M
+        # slowly, and the rows of the stage it leaves stale only feed output rows past M. Both
+        # atoms were made on x's one (M, K) tensor, so mX's coordinates are mA's: gX tiles mA
         tXsX, tXgX = tAsA, tAgA
         if cutlass.const_expr(self.x_rows != self.bm):
             gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
