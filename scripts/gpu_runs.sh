@@ -31,6 +31,10 @@
 #           300 / 520 / 1000 / 1100 / 3000, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216):
 #           the default plans, with and without the last row's box of x (xb0), on 1-CTA tiles
 #           (c1, c1+xb0) and 64-row tiles (bm64, bm64+xb0)
+#   mid-m   (1 GPU) the GEMM alone at three to nine tile rows off the powers of two (M 300 /
+#           520 / 640 / 1100, N 5120 / 7168 / 8192, K 4096 / 9216; 520 x 8192 x 4096 ran 0.45x
+#           cuBLAS, 512 0.99x): the default plans against 1-CTA tiles (c1), row-major and
+#           2-row bands (band0, band2) and 256-wide tiles either way (c1+bn256, c2+bn256)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -54,7 +58,7 @@
 set -u
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -127,6 +131,12 @@ for s in "$@"; do
       step tails 420 python3 scripts/gemm_one_gpu.py --columns default,xb0,c1,c1+xb0,bm64,bm64+xb0 \
         --shapes "$(shapes "129 160 192 200 300 520 1000 1100 3000" "2880 5120 7168 8192")" \
         --shuffle 4 --build-jobs "$(nproc)" --json "$out/tails.json" ;;
+    mid-m)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step mid_m 420 python3 scripts/gemm_one_gpu.py \
+        --columns default,c1,band0,band2,c1+bn256,c2+bn256 --shuffle 5 \
+        --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" | tr ';' '\n' \
+          | grep -v ',1024$' | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

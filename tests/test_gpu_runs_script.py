@@ -39,3 +39,17 @@ def test_stagger_shapes_are_what_gemm_one_gpu_takes():
     a = load_script("gemm_one_gpu.py", "gemm_one_gpu").parse(["--shapes", r.stdout.strip()])
     assert sorted(a.shape_list) == sorted((M, N, K) for M in (1, 64) for N in (2880, 8192)
                                           for K in (1024, 4096, 9216))
+
+
+def test_every_column_a_step_times_parses():
+    """Each ``--columns`` list the steps pass to gemm_one_gpu.py names known knobs (a typo
+    would cost a device call)."""
+    import re
+    from script_runs import load_script
+    mod = load_script("gemm_one_gpu.py", "gemm_one_gpu")
+    lists = re.findall(r"gemm_one_gpu\.py[^;]*?--columns ([\w,+\"$]+)", SCRIPT.read_text(),
+                       flags=re.S)
+    names = {c for lst in lists for c in lst.strip('"').split(",") if "$" not in c}
+    assert {"default", "xb0", "c1+bn256", "c2+bn256", "band2", "bm64+xb0"} <= names
+    for name in names:
+        mod.column_knobs(name)
