@@ -121,8 +121,8 @@ from dataclasses import dataclass, replace
 BM = 128
 # Tile rows: 128, or 64 for the plain sm90 GEMM on 1-CTA tiles (one MMA warp group)
 TILE_MS = (64, 128)
-# Rows of x's box per k-block where a call's M is at most that and the tile has more
-# (``Variant.x_rows``): whole 8-row atoms of the 128-byte swizzle
+# Rows of x's box per k-block on a last tile row of at most that many rows, fewer than the
+# tile's (``Variant.x_rows``): whole 8-row atoms of the 128-byte swizzle
 X_ROWS = (8, 16, 32, 64)
 BK = 64  # a bf16 / fp16 k-block; fp8's holds 128 elements in the same bytes (plan_depth)
 EPI_N = 32

@@ -83,11 +83,11 @@ class Tuning:
     Experiments, off by default until two GPUs time them: ``push_ctas`` CTAs that only
     push (RS); ``lean_exit`` the exit without system fences; ``pingpong=True`` on the fused
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
-    ``x_box``: a
-    plain GEMM call whose last tile row holds fewer rows than the tile loads that row of x in
-    boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``; bf16 / fp16 on
-    1-CTA tiles), not boxes of the tile's rows that the TMA fills with zeros; None:
-    ``launch.rules.choose_x_box`` decides.
+
+    ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads
+    that row of x in boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``;
+    bf16 / fp16 on 1-CTA tiles), not boxes of the tile's rows that the TMA fills with zeros;
+    None: ``launch.rules.choose_x_box`` decides.
     """
 
     bn: int | None = None
