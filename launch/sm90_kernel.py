@@ -169,10 +169,10 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                              "operands, without ping-pong")
         self.x_rows = v.x_rows or self.bm
         if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or mode != "gemm"
-                         or cta_group != 1 or self.scaled):
+                         or v.pair_n or self.scaled):
             raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
                              f"tile's {self.bm}, for the plain GEMM of bf16 / fp16 operands on "
-                             f"1-CTA tiles")
+                             f"1-CTA tiles or 2x1 clusters along M")
         # 64-row tiles: one MMA warp group computes the whole tile
         self.num_mma_wg = self.bm // 64
         self.threads = 128 * (1 + self.num_mma_wg)
@@ -716,6 +716,15 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                         self._retire_group(ab_pipe, rel_state, 0)
                         rel_state.advance()
                         self._promote(acc, acc_k, a0 * aw, a1 * aw)
+                elif self._idle_half(tm, tiles_m, mtid, real):
+                    # every row of this warp group's half lies past x (or the tile is a
+                    # pair's padding): its products would only be dropped, so it frees the
+                    # tensor pipes (the stages still need its release)
+                    for _k in range(k_hi - k_lo):
+                        ab_pipe.consumer_wait(read_state)
+                        ab_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        read_state.advance()
                 else:
                     # the first k-block overwrites the accumulators: no zero-fill pass
                     tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
@@ -776,6 +785,22 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
                 if cutlass.const_expr(self.trace):
                     tiles_done = tiles_done + Int32(1)
+
+    @cute.jit
+    def _idle_half(self, tm, tiles_m, mtid, real):
+        """Whether MMA warp group ``mtid // 128`` has nothing to compute on a variant whose
+        x box (``x_rows``) is at most half the tile (the plain GEMM's 128-row tiles): on
+        the last tile row the second group's rows all lie past x, and a pair's padding tile
+        (not ``real``, which reloads that row) is dropped whole. Always False where no
+        variant can have it."""
+        idle = False
+        if cutlass.const_expr(2 * self.x_rows <= self.bm and self.bm == 2 * TILE_MS[0]):
+            wg = cute.arch.make_warp_uniform(mtid // Int32(128))
+            if cutlass.const_expr(self.cta_group >= 2):
+                idle = (tm == tiles_m - Int32(1)) & ((wg == Int32(1)) | (real == False))  # noqa: E712
+            else:
+                idle = (tm == tiles_m - Int32(1)) & (wg == Int32(1))
+        return idle
 
     def _ring_copy(self, tiled_mma, sC) -> tuple:
         """The accumulators' way into the sub-tile ring: the stmatrix tiled copy of

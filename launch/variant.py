@@ -79,12 +79,14 @@ class Variant:
     ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``).
     ``bm`` 64 (the plain GEMM on 1-CTA tiles, bf16 / fp16): 64-row tiles on one MMA warp
     group (256 threads), for small M where 128-row tiles leave SMs idle or rows empty.
-    ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles; 0: the tile's rows):
+    ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles or 2x1 clusters along
+    M; 0: the tile's rows):
     the last tile row's loads of x are boxes of this many rows (8, 16, 32 or 64, fewer than the
     tile's), for calls whose last tile row holds at most that many (M=1; M=129 on 128-row
     tiles), so the TMA does not fill a box of the tile's rows that holds one row. The tile's
     other rows of those stages are not written: their stale rows accumulate into output
-    rows past M, which no store writes.
+    rows past M, which no store writes. Where the box is at most half a 128-row tile, the
+    MMA warp group of the other half (and a pair's padding tile) issues no wgmma there.
     """
 
     arch: str

@@ -33,9 +33,9 @@
 #           (c1, c1+xb0) and 64-row tiles (bm64, bm64+xb0)
 #   mid-m   (1 GPU) the GEMM alone at three to nine tile rows off the powers of two (M 300 /
 #           520 / 640 / 1100, N 5120 / 7168 / 8192, K 4096 / 9216; 520 x 8192 x 4096 ran 0.45x
-#           cuBLAS, 512 0.99x): the default plans against 1-CTA tiles (c1), the split-K
-#           tail on 1-CTA plans (sk: the last round's units cut along K onto its idle SMs; at
-#           widths 256 / 224 / 176 too) and 256-wide tiles either way (c1+bn256, c2+bn256)
+#           cuBLAS, 512 0.99x): the default plans with and without x's box (xb0), the
+#           split-K tail on 1-CTA plans (c1+bnW+sk: the last round's units cut along K onto
+#           its idle SMs, widths 256 / 224 / 176) and 256-wide tiles either way
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -135,7 +135,7 @@ for s in "$@"; do
     mid-m)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step mid_m 480 python3 scripts/gemm_one_gpu.py \
-        --columns default,c1,sk,c1+bn256,c1+bn256+sk,c1+bn224+sk,c1+bn176+sk,c2+bn256 --shuffle 5 \
+        --columns default,xb0,c1+bn256,c1+bn256+sk,c1+bn224+sk,c1+bn176+sk,c2+bn256 --shuffle 5 \
         --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" | tr ';' '\n' \
           | grep -v ',1024$' | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
     new|newpp|newbias)

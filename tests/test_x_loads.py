@@ -1,8 +1,9 @@
 """How x is loaded where the last tile row is partial: x's box of that row's rows
 (``Tuning.x_box`` / ``Variant.x_rows``). It is validated once, refused (sm100) or left out
-where no kernel has it (fused ops, fp8, 2x1 clusters) before anything compiles, resolved by
-its rule when left at None, and compiled for sm_90a changing only the producer's loads (no
-spill, no serialized wgmma)."""
+where no kernel has it (fused ops, fp8, pairs along N, ping-pong) before anything compiles,
+resolved by its rule when left at None, and compiled for sm_90a changing only the producer's
+loads and, on 128-row tiles, the MMA warp group whose rows all lie past x (no spill, no
+serialized wgmma)."""
 from __future__ import annotations
 
 import pytest
@@ -53,13 +54,23 @@ def test_x_box_rows_on_128_row_tiles(M, rows):
     (Shape(1, 7168, 4096, "rs"), Dtypes(), {}),
     (Shape(1, 7168, 4096, "ar"), Dtypes(), {}),
     (Shape(1, 7168, 4096, "gemm"), Dtypes("bf16", "e4m3"), {}),
-    (Shape(100, 7168, 4096, "gemm"), Dtypes(), {"cta_group": 2, "bm": 128}),
-], ids=["rs", "ar", "fp8", "c2"])
+    (Shape(100, 7168, 4096, "gemm"), Dtypes(), {"pair_n": True}),
+    (Shape(4100, 7168, 1024, "gemm"), Dtypes(), {"pingpong": True, "bn": 192}),
+], ids=["rs", "ar", "fp8", "pn", "pp"])
 def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
     """A Tuning with x_box=True serves every call of its op: calls the box has no kernel
     for load whole tiles, as without it."""
     _, v = resolve(shape, H100, 2, "unicast", dtypes, Tuning(x_box=True, **tuning))
     assert v.x_rows == 0
+
+
+@pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 0)])
+def test_x_box_on_pairs(M, rows):
+    """2x1 clusters along M box the last tile row as 1-CTA tiles do (the pair's padding tile
+    reloads that row, so it loads the box too)."""
+    plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
+                      tuning=Tuning(cta_group=2, bn=128))
+    assert plan.cta_group == 2 and v.x_rows == rows
 
 
 def test_x_box_rows_are_whole_swizzle_atoms():
@@ -74,8 +85,8 @@ def test_x_box_default_follows_the_rule(M):
 
 
 @pytest.mark.parametrize("v", [
-    dict(mode="rs"), dict(cta_group=2), dict(x_rows=64), dict(x_rows=12),
-    dict(in_dtype="e4m3")], ids=["rs", "c2", "whole", "odd", "fp8"])
+    dict(mode="rs"), dict(cta_group=2, pair_n=1), dict(x_rows=64), dict(x_rows=12),
+    dict(in_dtype="e4m3")], ids=["rs", "pn", "whole", "odd", "fp8"])
 def test_kernel_refuses_a_box_it_cannot_load(v):
     pytest.importorskip("cutlass")
     from launch.sm90_kernel import Sm90FusedKernel
@@ -110,6 +121,27 @@ def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
     assert boxed.count(load) > whole.count(load) > 0
     assert "mbarrier.expect_tx" in boxed and "mbarrier.expect_tx" not in whole
     assert f"{(bm - rows) * 128};" in boxed
+    log = ptxas_log(boxed, tmp_path)
+    assert " 0 bytes spill stores" in log, log[-800:]
+    for note in ("C7514", "C7517", "C7520"):
+        assert note not in log, log[-800:]
+
+
+@pytest.mark.parametrize("cta_group", [1, 2])
+def test_idle_half_adds_waits_not_wgmmas(ptx_of, tmp_path, cta_group):
+    """128-row tiles with a box of at most 64 rows: on the last tile row the second MMA warp
+    group (and a pair's padding tile) waits for and releases each stage without a wgmma, a
+    path of its own beside the mainloop, which stays as it was."""
+    pytest.importorskip("cutlass")
+    import dataclasses
+    from launch.variant import Variant
+    from ptx_checks import ptxas_log
+    base = Variant("sm_90a", 256, 2, "gemm", "unicast", cta_group, push="tma", pdl=1,
+                   tma_store=1)
+    boxed = ptx_of(dataclasses.replace(base, x_rows=8))
+    whole = ptx_of(base)
+    assert boxed.count("wgmma.mma_async") == whole.count("wgmma.mma_async") > 0
+    assert boxed.count("mbarrier.try_wait") > whole.count("mbarrier.try_wait")
     log = ptxas_log(boxed, tmp_path)
     assert " 0 bytes spill stores" in log, log[-800:]
     for note in ("C7514", "C7517", "C7520"):

@@ -3,8 +3,8 @@
 x's box of the last tile row's rows (``Tuning.x_box``, ``Variant.x_rows``): the tile's
 other rows are not loaded there, so their garbage must stay in output rows past M; the sums
 are the same products in the same order, so the result is bitwise the whole-box plan's, on
-every tile form the box runs with (64 / 128 rows, one tile row or several, the split-K tail,
-the TMA and thread stores, fp16).
+every tile form the box runs with (64 / 128 rows, one tile row or several, 1-CTA tiles and
+2x1 clusters, the split-K tail, the TMA and thread stores, fp16).
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_x_loads_gpu.py
 """
@@ -46,6 +46,28 @@ def test_gemm_only_x_box(comm, M, K, N, form):
         assert boxed.variant(M, K, mode="gemm").x_rows == rows
         assert whole.variant(M, K, mode="gemm").x_rows == 0
         # twice: the second call finds the stages' unloaded rows holding the first's data
+        check_gemm_only_bitwise(boxed, whole, x, w)
+        check_gemm_only_bitwise(boxed, whole, x, w)
+
+
+@pytest.mark.parametrize("form", [{"bn": 256}, {"bn": 128}, {"bn": 224, "tma_store": False}],
+                         ids=["bn256", "bn128", "bn224ts0"])
+@pytest.mark.parametrize("N", [7168, 2880])
+@pytest.mark.parametrize("M,K", [(129, 4096), (200, 1024), (300, 4096), (520, 9216),
+                                 (640, 1024), (1100, 4096), (3000, 960)])
+def test_gemm_only_x_box_on_pairs(comm, M, K, N, form):
+    """2x1 clusters along M: the last tile row's box on either CTA of a pair, and the pair's
+    padding tile (an odd row count) reloading that row in the box too; where the box is at
+    most half the tile, the second MMA warp group (and the padding tile) leaves the tensor
+    pipes idle. Bitwise the whole-box plan's."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 7 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, x_box=True, cta_group=2, **form) as boxed, \
+            knobs(op, x_box=False, cta_group=2, **form) as whole:
+        tail = M - (M - 1) // 128 * 128
+        rows = next((r for r in X_ROWS if tail <= r < 128), 0)
+        assert boxed.plan(M, K, mode="gemm").cta_group == 2
+        assert boxed.variant(M, K, mode="gemm").x_rows == rows
         check_gemm_only_bitwise(boxed, whole, x, w)
         check_gemm_only_bitwise(boxed, whole, x, w)
 
