@@ -32,7 +32,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -266,14 +266,16 @@ def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
 
 def choose_x_box(mode: str, M: int) -> bool:
     """Whether a call whose last tile row holds fewer rows than the tile loads that row's x
-    in boxes of those rows rounded up to 8 / 16 / 32 / 64 (``launch.resolve.x_rows_for``:
-    the plain GEMM of bf16 / fp16 operands on 1-CTA tiles or 2x1 clusters along M) rather
-    than the tile's rows: the
-    plain GEMM, wherever a kernel has the box. One H100 (docs/PERF.md (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 /
-    4096 / 9216, against the same plans with full boxes): geomean 0.904x -> 0.935x cuBLAS,
-    up to +20% (1 x 8192 x 9216: 0.81x -> 0.98x); a tie at M=64 (the box is the tile); the
-    TMA fills a box's rows beyond x with zeros at a cost, not for free. With the uncut plans
-    ``choose_gemm_split`` then picks: 0.955x."""
+    in boxes of those rows rounded up to 8 / 16 / 32 / 64 (``launch.resolve.x_rows_for``)
+    rather than the tile's rows: the plain GEMM, wherever a kernel has the box (bf16 / fp16
+    operands on 1-CTA tiles; on 2x1 clusters only where a Tuning asks, ``x_box=True``: their
+    box is compiled and tested on the CPU, not yet run on a GPU). One H100 (docs/PERF.md
+    (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216, against the same plans
+    with full boxes): geomean 0.904x -> 0.935x cuBLAS, up to +20% (1 x 8192 x 9216: 0.81x ->
+    0.98x); a tie at M=64 (the box is the tile); the TMA fills a box's rows beyond x with
+    zeros at a cost, not for free. With the uncut plans ``choose_gemm_split`` then picks:
+    0.955x. Where the box is at most half a 128-row tile, the other half's MMA warp group
+    idles (docs/PERF.md (am): the split-K tail's last round at M 300 / 520 +5..+23%)."""
     return mode == "gemm"
 
 

@@ -30,7 +30,8 @@
 #   tails   (1 GPU) the GEMM alone where the last tile row is partial (M 129 / 160 / 192 / 200 /
 #           300 / 520 / 1000 / 1100 / 3000, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216):
 #           the default plans, with and without the last row's box of x (xb0), on 1-CTA tiles
-#           (c1, c1+xb0) and 64-row tiles (bm64, bm64+xb0)
+#           (c1, c1+xb0) and on 2x1 clusters without and with the box (c2, c2+xb: the pairs'
+#           box runs only where asked until this times it)
 #   mid-m   (1 GPU) the GEMM alone at three to nine tile rows off the powers of two (M 300 /
 #           520 / 640 / 1100, N 5120 / 7168 / 8192, K 4096 / 9216; 520 x 8192 x 4096 ran 0.45x
 #           cuBLAS, 512 0.99x): the default plans with and without x's box (xb0), the
@@ -129,7 +130,7 @@ for s in "$@"; do
         --build-jobs "$(nproc)" --json "$out/small_m.json" ;;
     tails)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step tails 420 python3 scripts/gemm_one_gpu.py --columns default,xb0,c1,c1+xb0,bm64,bm64+xb0 \
+      step tails 420 python3 scripts/gemm_one_gpu.py --columns default,xb0,c1,c1+xb0,c2,c2+xb \
         --shapes "$(shapes "129 160 192 200 300 520 1000 1100 3000" "2880 5120 7168 8192")" \
         --shuffle 4 --build-jobs "$(nproc)" --json "$out/tails.json" ;;
     mid-m)

@@ -50,6 +50,6 @@ def test_every_column_a_step_times_parses():
     lists = re.findall(r"gemm_one_gpu\.py[^;]*?--columns ([\w,+\"$]+)", SCRIPT.read_text(),
                        flags=re.S)
     names = {c for lst in lists for c in lst.strip('"').split(",") if "$" not in c}
-    assert {"default", "xb0", "c1+bn256", "c2+bn256", "c1+bn256+sk", "bm64+xb0"} <= names
+    assert {"default", "xb0", "c1+bn256", "c2+bn256", "c1+bn256+sk", "c2+xb"} <= names
     for name in names:
         mod.column_knobs(name)

@@ -66,11 +66,15 @@ def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
 
 @pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 0)])
 def test_x_box_on_pairs(M, rows):
-    """2x1 clusters along M box the last tile row as 1-CTA tiles do (the pair's padding tile
-    reloads that row, so it loads the box too)."""
+    """2x1 clusters along M box the last tile row as 1-CTA tiles do where a Tuning asks for
+    the box (the pair's padding tile reloads that row, so it loads the box too); by default
+    (the rule) they load whole boxes until a GPU run times theirs."""
+    plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
+                      tuning=Tuning(cta_group=2, bn=128, x_box=True))
+    assert plan.cta_group == 2 and v.x_rows == rows
     plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
                       tuning=Tuning(cta_group=2, bn=128))
-    assert plan.cta_group == 2 and v.x_rows == rows
+    assert plan.cta_group == 2 and v.x_rows == 0
 
 
 def test_x_box_rows_are_whole_swizzle_atoms():
