@@ -242,7 +242,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.b_smem_staged = cute.tile_to_shape(atom, (self.bn, bk, self.ab_stage), order=(0, 1, 2))
         # x's tail box: the stage's first x_rows rows (the atom is 8 rows, stacked along M
         # first, so these rows are laid out as in the whole tile's stage)
-        self.a_tile = cute.tile_to_shape(atom, (self.bm, bk), order=(0, 1))
         self.a_box = cute.tile_to_shape(atom, (self.x_rows, bk), order=(0, 1))
 
     def _make_mma(self) -> Any:
@@ -309,7 +308,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         mA = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(K, 1)))
         mB = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(K, 1)))
         tma_a, tma_tA = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            _tma_op(self.mc_a), mA, self.a_tile, (self.bm, self.bk), num_multicast=self.mc_a)
+            _tma_op(self.mc_a), mA, cute.slice_(self.a_smem_staged, (None, None, 0)),
+            (self.bm, self.bk), num_multicast=self.mc_a)
         tma_x, tma_tX = tma_a, tma_tA  # the tail box's atom where the variant has one
         if cutlass.const_expr(self.x_rows != self.bm):
             tma_x, tma_tX = cute.nvgpu.cpasync.make_tiled_tma_atom(

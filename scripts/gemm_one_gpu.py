@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -226,6 +227,20 @@ def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
     build(todo, out, a.build_jobs, spawn=True)
 
 
+def build_only(a: argparse.Namespace) -> int:
+    """``--build-only``: the kernels of an H100 / H200 run (132 SMs; the GPC layout may hold
+    fewer 2x1 clusters than SMs, which some plans see), built on this machine."""
+    from launch.disk_cache import cache_dir
+    if cache_dir() is None:
+        print("--build-only: set RSAR_KERNEL_CACHE to the folder to fill", file=sys.stderr)
+        return 2
+    a.build_jobs = a.build_jobs or os.cpu_count() or 1
+    block = a.dtype == "e4m3" and a.scales == "block"
+    for pair_ctas in (None, 132):
+        build_columns(a, 132, pair_ctas, block)
+    return 0
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--columns", default="default", help="comma-separated (see above)")
@@ -240,6 +255,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--build-jobs", type=int, default=0, metavar="J",
                    help="first compile every column's kernel that RSAR_KERNEL_CACHE lacks on "
                         "J processes (default 0: each compiles at its first shape, one by one)")
+    p.add_argument("--build-only", action="store_true",
+                   help="compile every column's kernel RSAR_KERNEL_CACHE lacks on this machine "
+                        "(no GPU: 132 SMs, 2x1 clusters on every SM or fewer) on --build-jobs "
+                        "processes (default: every core), then exit; the cache a device call "
+                        "carries")
     p.add_argument("--dtype", choices=["bf16", "f16", "e4m3"], default="bf16",
                    help="element type of x, w and the output, for both kernels (default "
                         "bf16; e4m3: fp8 operands, bf16 results, against torch._scaled_mm)")
@@ -283,6 +303,8 @@ def geomeans(rows: list[dict]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    if a.build_only:
+        return build_only(a)
     import torch
     from launch.cache import CACHE
     from launch.layout import WorkspaceLayout

@@ -37,6 +37,10 @@
 #           cuBLAS, 512 0.99x): the default plans with and without x's box (xb0), the
 #           split-K tail on 1-CTA plans (c1+bnW+sk: the last round's units cut along K onto
 #           its idle SMs, widths 256 / 224 / 176) and 256-wide tiles either way
+#   mid-sweep  (1 GPU) the shapes a rule for the split-K tail and the pairs' box needs (M
+#           264-2600, 20 values with last tile rows of 8-128 rows, N 2880 / 5120 / 7168 / 8192,
+#           K 4096 / 9216): the default plans against the 1-CTA split-K tail at 256 / 224 wide
+#           and against 2x1 clusters with the box (c2+xb)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -54,13 +58,19 @@
 # `cache-all fp8a` (the fp8 suite, one scale each), `fp8b` (per-row and block-wise scales,
 # the fp8 MLP block). A call killed at its limit still returns what its finished steps wrote.
 #
+# RSAR_BUILD_ONLY=1 (no GPU needed): each gemm_one_gpu.py step compiles its columns' kernels
+# into RSAR_KERNEL_CACHE instead of timing them (`--build-only`), which is how a CPU machine
+# builds the cache a device call carries (with `precompile.py --from-log
+# tests/gpu/variants.jsonl` for the suites).
+#
 # RSAR_KERNEL_CACHE=DIR takes the kernels from DIR (scripts/precompile.py fills it on a CPU
 # machine; a stale entry is never used, it is compiled again). A step that runs past its limit
 # is killed and the next one starts, so a hang costs that step only.
 set -u
+G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -105,10 +115,10 @@ for s in "$@"; do
     checks)
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
-      step gemm1 300 python3 scripts/gemm_one_gpu.py --columns default --json "$out/gemm1.json" ;;
+      step gemm1 300 $G1 --columns default --json "$out/gemm1.json" ;;
     xloads)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step xloads_small 480 python3 scripts/gemm_one_gpu.py \
+      step xloads_small 480 $G1 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
         "2880 5120 7168 8192")" --build-jobs "$(nproc)" --json "$out/xloads_small.json" ;;
     xloads-checks)
@@ -119,26 +129,33 @@ for s in "$@"; do
         for mk in 1,sk0+xb0 1,sk0+xb 64,sk0; do
           step "xloads_ncu_${mk//[,+]/_}" 120 ncu --clock-control none -k regex:Sm90FusedKernel \
             --launch-skip 2 --launch-count 1 --csv --metrics "$L2_METRICS" \
-            python3 scripts/gemm_one_gpu.py --columns "${mk#*,}" --shapes "${mk%,*},8192,9216" \
+            $G1 --columns "${mk#*,}" --shapes "${mk%,*},8192,9216" \
             --iters 1 --blocks 1
         done
       fi ;;
     small-m)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step small_m 300 python3 scripts/gemm_one_gpu.py --columns default,c1,c1+bn112,bm64 \
+      step small_m 300 $G1 --columns default,c1,c1+bn112,bm64 \
         --shapes "$(shapes "129 160 192 256" "2880 5120 7168 8192")" --shuffle 3 \
         --build-jobs "$(nproc)" --json "$out/small_m.json" ;;
     tails)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step tails 420 python3 scripts/gemm_one_gpu.py --columns default,xb0,c1,c1+xb0,c2,c2+xb \
+      step tails 420 $G1 --columns default,xb0,c1,c1+xb0,c2,c2+xb \
         --shapes "$(shapes "129 160 192 200 300 520 1000 1100 3000" "2880 5120 7168 8192")" \
         --shuffle 4 --build-jobs "$(nproc)" --json "$out/tails.json" ;;
     mid-m)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step mid_m 480 python3 scripts/gemm_one_gpu.py \
+      step mid_m 480 $G1 \
         --columns default,xb0,c1+bn256,c1+bn256+sk,c1+bn224+sk,c1+bn176+sk,c2+bn256 --shuffle 5 \
         --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" | tr ';' '\n' \
           | grep -v ',1024$' | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
+    mid-sweep)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step mid_sweep 540 $G1 \
+        --columns default,c1+bn256+sk,c1+bn224+sk,c2+xb --shuffle 6 \
+        --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
+          1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
+          | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_sweep.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

@@ -1,5 +1,8 @@
 """scripts/gpu_runs.sh refuses a missing or unknown step before running anything."""
 import subprocess
+import sys
+
+import pytest
 
 from script_runs import REPO, plain_env
 
@@ -47,9 +50,32 @@ def test_every_column_a_step_times_parses():
     import re
     from script_runs import load_script
     mod = load_script("gemm_one_gpu.py", "gemm_one_gpu")
-    lists = re.findall(r"gemm_one_gpu\.py[^;]*?--columns ([\w,+\"$]+)", SCRIPT.read_text(),
-                       flags=re.S)
+    lists = re.findall(r"\$G1[^;]*?--columns ([\w,+\"$]+)", SCRIPT.read_text(), flags=re.S)
     names = {c for lst in lists for c in lst.strip('"').split(",") if "$" not in c}
     assert {"default", "xb0", "c1+bn256", "c2+bn256", "c1+bn256+sk", "c2+xb"} <= names
     for name in names:
         mod.column_knobs(name)
+
+
+def test_build_only_fills_the_cache_without_a_gpu(tmp_path):
+    """``RSAR_BUILD_ONLY=1``: a gemm_one_gpu.py step compiles its columns' kernels into
+    RSAR_KERNEL_CACHE on this machine and times nothing (the cache a device call carries)."""
+    pytest.importorskip("cutlass")
+    from launch.disk_cache import entry_path
+    from script_runs import load_script
+    mod = load_script("gemm_one_gpu.py", "gemm_one_gpu")
+    cache = tmp_path / "kc"
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gemm_one_gpu.py"), "--build-only",
+         "--build-jobs", "1", "--columns", "default,c1", "--shapes", "64,2880,1024"],
+        capture_output=True, text=True, timeout=600,
+        env=plain_env(RSAR_KERNEL_CACHE=str(cache), CUTE_DSL_ARCH="sm_90a"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = {mod.column_plan(c, 64, 2880, 1024, 132, pc)[1]
+            for c in ("default", "c1") for pc in (None, 132)}
+    assert all(entry_path(v, cache).is_file() for v in want)
+    assert "us" not in r.stdout.split("--build-jobs")[0]  # nothing timed
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gemm_one_gpu.py"),
+                        "--build-only"], capture_output=True, text=True, timeout=60,
+                       env=plain_env())
+    assert r.returncode == 2 and "RSAR_KERNEL_CACHE" in r.stderr
