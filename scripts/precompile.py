@@ -123,6 +123,13 @@ def with_logged(vs: list, logs: list[str], arch: str, world: int,
     return vs + [v for v in here if v not in have], len(logged) - len(here)
 
 
+def dtype_name(v) -> str:
+    """The ``--dtypes`` name of variant ``v``'s element types."""
+    if v.in_dtype:
+        return BLOCK if v.block_scales else v.in_dtype
+    return v.dtype
+
+
 def _compiles(v) -> bool:
     """Whether the kernel takes ``v`` (its constructor checks the knobs against the world
     size, and raises ValueError before any compiling)."""
@@ -183,7 +190,9 @@ def main() -> int:
                    help="also compile the variants of this arch and world recorded in FILE "
                         "(RSAR_VARIANT_LOG); may be repeated")
     p.add_argument("--logged-only", action="store_true",
-                   help="build only the --from-log variants, not every default plan's")
+                   help="build only the --from-log variants of --dtypes (with a bias only "
+                        "with --bias), not every default plan's: the suites' kernels in a "
+                        "cache small enough to carry to a device")
     p.add_argument("--any-world", action="store_true",
                    help="take --from-log variants logged at another world size at --world, "
                         "where that world runs them (a world-2 log for a 4- or 8-GPU host)")
@@ -204,6 +213,8 @@ def main() -> int:
                                              tuple(a.sm_count), dtypes, a.bias)
     vs, skipped = with_logged(base,
                               a.from_log, a.arch, a.world, a.any_world)
+    if a.logged_only:
+        vs = [v for v in vs if dtype_name(v) in dtypes and (a.bias or not v.bias)]
     if skipped:
         print(f"  {skipped} logged variants are for another arch or world: skipped", flush=True)
     held = set() if a.force else set(cached(vs, Path(a.out)))

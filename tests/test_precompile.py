@@ -141,3 +141,17 @@ def test_a_world_2_log_builds_a_world_4_cache_with_any_world(tmp_path):
     # at the log's own world nothing moves, and what the defaults hold is not repeated
     vs, skipped = precompile.with_logged([rs], [str(log)], "sm_90a", 2, any_world=True)
     assert vs == [rs, push_all] and skipped == 1
+
+
+def test_logged_only_keeps_the_logged_variants_of_its_dtypes():
+    """``--logged-only --dtypes bf16``: the suites' bf16 kernels (no bias unless --bias),
+    the cache a device call carries; ``dtype_name`` is how a variant is matched."""
+    from launch.variant import Variant
+    bf16 = Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1)
+    half = Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1, dtype="f16")
+    fp8 = Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1, in_dtype="e4m3")
+    block = Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", pdl=1, in_dtype="e4m3",
+                    block_scales=1)
+    biased = Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", pdl=1, bias=1)
+    assert [precompile.dtype_name(v) for v in (bf16, half, fp8, block, biased)] == [
+        "bf16", "f16", "e4m3", precompile.BLOCK, "bf16"]
