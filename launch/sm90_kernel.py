@@ -796,10 +796,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         idle = False
         if cutlass.const_expr(2 * self.x_rows <= self.bm and self.bm == 2 * TILE_MS[0]):
             wg = cute.arch.make_warp_uniform(mtid // Int32(128))
+            idle = (tm == tiles_m - Int32(1)) & (wg == Int32(1))
             if cutlass.const_expr(self.cta_group >= 2):
-                idle = (tm == tiles_m - Int32(1)) & ((wg == Int32(1)) | (real == False))  # noqa: E712
-            else:
-                idle = (tm == tiles_m - Int32(1)) & (wg == Int32(1))
+                idle = idle | (real == False)  # noqa: E712 (a padding tile's tm is the last row)
         return idle
 
     def _ring_copy(self, tiled_mma, sC) -> tuple:
