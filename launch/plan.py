@@ -130,7 +130,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
             plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
     if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
-            and choose_gemm_tail_one_cta(M)):
+            and choose_gemm_tail_one_cta(M, K)):
         # the 1-CTA plan a caller forcing cta_group=1 gets: its kernel boxes the last row
         plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=None, cta_group=1,
                           pair_ctas=pair_ctas, lag=lag, peers_first=peers_first,

@@ -100,8 +100,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit = default_lean_exit(arch, transport, mode)
     else:
         lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
-    x_rows = (x_rows_for(shape.M, plan, dtypes, pairs=t.x_box is True)
-              if x_box and sm90 and not pingpong else 0)
+    x_rows = x_rows_for(shape.M, plan, dtypes) if x_box and sm90 and not pingpong else 0
     if t.epi_slots or not sm90:
         stages = 0
     else:
@@ -162,16 +161,14 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 
 
-def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, pairs: bool = False) -> int:
+def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes) -> int:
     """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
     (``Variant.x_rows``): the fewest of ``X_ROWS`` that hold that row's
     ``M - (tiles_m - 1) * bm`` rows where that is fewer than the tile's, on a kernel that has
-    the box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles, or on 2x1 clusters along
-    M where ``pairs``: a Tuning that asks for the box, until a GPU run times the pairs' box;
-    ``resolve`` leaves ping-pong warp groups, a kernel form of their own, on whole boxes);
+    the box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles or on 2x1 clusters along
+    M; ``resolve`` leaves ping-pong warp groups, a kernel form of their own, on whole boxes);
     else 0, the tile's rows."""
-    if (plan.mode != "gemm" or plan.pair_n or (plan.cta_group != 1 and not pairs)
-            or dtypes.operands or M < 1):
+    if plan.mode != "gemm" or plan.pair_n or dtypes.operands or M < 1:
         return 0
     tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
     return next((r for r in X_ROWS if tail <= r < plan.bm), 0)

@@ -21,7 +21,7 @@ shapes it moved.
 | ``SPLIT_ROW_GAIN`` | RS round order, lane cost <= 0.8x | split the shared tile row | (r) |
 | ``choose_band`` | K > 1024 | bands of 16 tile rows | (d) |
 | ``choose_gemm_cluster`` / ``ONE_CTA_COST`` | plain GEMM, K > 1024, M > 128 | 2x1 clusters unless 1-CTA is 5% cheaper | (d), (t) |
-| ``choose_gemm_tail_one_cta`` | plain GEMM (bf16), M 129-192, x boxed, where pairs were chosen | 1-CTA tiles (x's box on the last row) | (al) |
+| ``choose_gemm_tail_one_cta`` | plain GEMM (bf16), M 129-192, K <= 1024, x boxed, where pairs were chosen | 1-CTA tiles | (al), (an) |
 | ``choose_gemm_pairs_full_round`` | plain GEMM (bf16), K <= 1024, two tile rows, a round filling 90% of the SMs | 2x1 clusters at the same width | (ak) |
 | ``choose_fused_cluster`` | fused, K > 1024 and M >= 2048 (RS) / 4096 (AR); or 4+ tile rows at long K | 2x1 clusters, lag 1 / lag 0 | (e), (g) |
 | ``choose_sm100`` | sm100 | 2-CTA MMA from M=1024, 256 wide from M*K = 24 Mi | (SM100.md) |
@@ -32,7 +32,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -206,17 +206,19 @@ def choose_gemm_pairs_full_round(M: int, K: int, tiles: int, sm_count: int) -> b
     return K <= 1024 and BM < M <= 2 * BM and tiles >= PAIRS_FILL * sm_count
 
 
-def choose_gemm_tail_one_cta(M: int) -> bool:
+def choose_gemm_tail_one_cta(M: int, K: int) -> bool:
     """Whether the plain sm90 GEMM (bf16, nothing forced) whose two tile rows would be paired
     on 2x1 clusters takes the 1-CTA plan instead where its last tile row holds 64 rows or
-    fewer (M 129-192): there x's box (``choose_x_box``) loads that row's few rows, and the
-    pair kernel has no box, so its TMA fills 64-127 rows of zeros every k-block. One H100
-    (docs/PERF.md (al), M 129 / 160 / 192, N 5120 / 7168 / 8192, K 1024 / 4096 / 9216,
-    against the pair plans in the same run): +5% to +51% at K >= 4096 (129 x 7168 x 4096:
-    0.64x -> 0.90x cuBLAS), +6% to +16% at K=1024 for N 7168 / 8192 at M 129 / 160, a tie at
-    M=192. With 3+ tile rows (M 300, 520) the 1-CTA plans won and lost by turns (-13% to
-    +21%): no rule there; a last row of 65-127 rows has no box (M 200: pairs ahead)."""
-    return BM < M <= BM + 64
+    fewer (M 129-192), at K <= 1024. Both kernels load that row's x in a box of its rows
+    (``choose_x_box``). One H200 (docs/PERF.md (an), M 129 / 160 / 192, against the boxed
+    pair plans in the same run): at K=1024 the 1-CTA plan won at N 5120 / 7168 (+2% to +8%)
+    and at 129 x 8192 (+4%), and lost at 160 / 192 x 8192 (-5%). From K=4096 the pairs tied
+    at N 5120 / 7168 (-2% to +2%) and won at N 8192 (+7% to +15%), so there they keep their
+    plan. The rule came in (docs/PERF.md (al)) when only the 1-CTA kernel had the box:
+    +5% to +51% against unboxed pairs. With 3+ tile rows (M 300, 520) the 1-CTA plans won and
+    lost by turns (-13% to +21%): no rule there. A last row of 65-127 rows has no box
+    (M 200: pairs ahead)."""
+    return BM < M <= BM + 64 and K <= 1024
 
 
 def choose_gemm_pingpong(M: int, K: int) -> bool:
@@ -268,14 +270,17 @@ def choose_x_box(mode: str, M: int) -> bool:
     """Whether a call whose last tile row holds fewer rows than the tile loads that row's x
     in boxes of those rows rounded up to 8 / 16 / 32 / 64 (``launch.resolve.x_rows_for``)
     rather than the tile's rows: the plain GEMM, wherever a kernel has the box (bf16 / fp16
-    operands on 1-CTA tiles; on 2x1 clusters only where a Tuning asks, ``x_box=True``: their
-    box is compiled and tested on the CPU, not yet run on a GPU). One H100 (docs/PERF.md
-    (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 / 9216, against the same plans
-    with full boxes): geomean 0.904x -> 0.935x cuBLAS, up to +20% (1 x 8192 x 9216: 0.81x ->
-    0.98x); a tie at M=64 (the box is the tile); the TMA fills a box's rows beyond x with
-    zeros at a cost, not for free. With the uncut plans ``choose_gemm_split`` then picks:
-    0.955x. Where the box is at most half a 128-row tile, the other half's MMA warp group
-    idles (docs/PERF.md (am): the split-K tail's last round at M 300 / 520 +5..+23%)."""
+    operands on 1-CTA tiles and on 2x1 clusters along M). The TMA fills a box's rows beyond x
+    with zeros at a cost, not for free. Against the same plans with whole boxes:
+    - 1-CTA, one H100 (docs/PERF.md (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
+      9216): geomean 0.904x -> 0.935x cuBLAS, up to +20% (1 x 8192 x 9216: 0.81x -> 0.98x); a
+      tie at M=64 (the box is the tile). With the uncut plans ``choose_gemm_split`` then
+      picks: 0.955x. Where the box is at most half a 128-row tile, the other half's MMA warp
+      group idles (docs/PERF.md (am): the split-K tail's last round at M 300 / 520 +5..+23%);
+    - 2x1 clusters, one H200 (docs/PERF.md (an), M 129-3000 with a last row of 8-64 rows, N
+      2880-8192, K 1024-9216): geomean +11.8% over 72 shapes, +4.2% over 68 more; up to +71%
+      (129 x 8192 x 9216) on 128-wide pairs, whose w tile is no larger than x's; 224 / 256
+      wide ties (-4% to +5%, the run's spread)."""
     return mode == "gemm"
 
 

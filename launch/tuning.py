@@ -86,9 +86,9 @@ class Tuning:
 
     ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads
     that row of x in boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``;
-    bf16 / fp16 on 1-CTA tiles; True: on 2x1 clusters along M too; never ping-pong), not
-    boxes of the tile's rows that the TMA fills with zeros; None:
-    ``launch.rules.choose_x_box`` decides.
+    bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never ping-pong), not boxes of the
+    tile's rows that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides
+    (the box wherever a kernel has it); False: whole boxes.
     """
 
     bn: int | None = None

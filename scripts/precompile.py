@@ -60,8 +60,9 @@ def variants(arch: str, world: int, transports: list[str],
     ``BLOCK`` ("e4m3-block"): the fp8 variants of block-wise scales, on the plans of
     ``launch.resolve.BLOCK_BN``-wide tiles (sm90 only; sm100 has no block-wise kernel). ``bias``: each
     fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``). The plain
-    GEMM's 1-CTA variants come with each box of x's last tile row (``Variant.x_rows``): an
-    M that ends a tile row after 1-64 rows picks one."""
+    GEMM's variants come with each box of x's last tile row (``Variant.x_rows``; not pairs
+    along N nor ping-pong, which have no box): an M that ends a tile row after 1-64 rows
+    picks one."""
     from dataclasses import astuple
 
     from launch.comm_warps import IN_DTYPES
@@ -96,7 +97,7 @@ def variants(arch: str, world: int, transports: list[str],
     if choose_x_box("gemm", 1):
         # any M may end on a partial tile row: the box of each row count below the tile's
         kinds |= {replace(v, x_rows=r) for v in kinds for r in X_ROWS
-                  if v.mode == "gemm" and v.cta_group == 1 and not v.in_dtype
+                  if v.mode == "gemm" and not v.pair_n and not v.pingpong and not v.in_dtype
                   and v.arch not in BLACKWELL and not v.x_rows and r < v.bm}
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}

@@ -407,22 +407,24 @@ def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
 @pytest.mark.parametrize("K", [1024, 4096, 9216])
 @pytest.mark.parametrize("M", [129, 160, 192, 193, 200, 256])
 def test_gemm_tail_row_one_cta(M, N, K):
-    """``choose_gemm_tail_one_cta``: where the bf16 GEMM alone would pair two tile rows whose
-    last holds 64 rows or fewer, it runs the 1-CTA plan a forced cta_group=1 gets, with x's
-    box on that row; with the box off, in fp16 (unmeasured), from 65 rows in the last row and
-    in the fused ops, the plans stay."""
+    """``choose_gemm_tail_one_cta``: where the bf16 GEMM alone at K <= 1024 would pair two
+    tile rows whose last holds 64 rows or fewer, it runs the 1-CTA plan a forced cta_group=1
+    gets; at longer K the pairs stay. Either way x's box is on that row; with the box off, in
+    fp16 (unmeasured), from 65 rows in the last row and in the fused ops, the plans stay."""
     from launch import Dtypes, Hardware, Shape, Tuning, resolve
     from launch.rules import choose_gemm_tail_one_cta
     hw = Hardware("sm_90a", 132)
     plan, v = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast")
     unboxed, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(x_box=False))
     one_cta, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(cta_group=1))
-    moved = unboxed.cta_group == 2 and choose_gemm_tail_one_cta(M)
-    assert choose_gemm_tail_one_cta(M) is (M <= 192)
+    moved = unboxed.cta_group == 2 and choose_gemm_tail_one_cta(M, K)
+    assert choose_gemm_tail_one_cta(M, K) is (M <= 192 and K <= 1024)
     if moved:
-        assert plan == one_cta and v.x_rows == next(r for r in (8, 16, 32, 64) if M - 128 <= r)
+        assert plan == one_cta
     else:
         assert plan == unboxed
+    if plan.cta_group == 1 or not plan.pingpong:
+        assert v.x_rows == next((r for r in (8, 16, 32, 64) if M - 128 <= r), 0)
     f16, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))
     assert f16 == resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"),
                           Tuning(x_box=False))[0]

@@ -66,15 +66,18 @@ def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
 
 @pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 0)])
 def test_x_box_on_pairs(M, rows):
-    """2x1 clusters along M box the last tile row as 1-CTA tiles do where a Tuning asks for
-    the box (the pair's padding tile reloads that row, so it loads the box too); by default
-    (the rule) they load whole boxes until a GPU run times theirs."""
+    """2x1 clusters along M box the last tile row as 1-CTA tiles do (the pair's padding tile
+    reloads that row, so it loads the box too), by default (the rule) and where a Tuning
+    asks; x_box=False keeps whole boxes; pairs along N have no box."""
+    for t in (Tuning(cta_group=2, bn=128, x_box=True), Tuning(cta_group=2, bn=128)):
+        plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast", tuning=t)
+        assert plan.cta_group == 2 and not plan.pair_n and v.x_rows == rows
     plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
-                      tuning=Tuning(cta_group=2, bn=128, x_box=True))
-    assert plan.cta_group == 2 and v.x_rows == rows
-    plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
-                      tuning=Tuning(cta_group=2, bn=128))
+                      tuning=Tuning(cta_group=2, bn=128, x_box=False))
     assert plan.cta_group == 2 and v.x_rows == 0
+    plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
+                      tuning=Tuning(cta_group=2, bn=128, pair_n=True))
+    assert plan.pair_n and v.x_rows == 0
 
 
 def test_x_box_rows_are_whole_swizzle_atoms():

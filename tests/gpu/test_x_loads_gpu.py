@@ -99,17 +99,20 @@ def test_x_box_after_larger_calls_and_fp16(comm):
 
 
 @pytest.mark.parametrize("M", [129, 160, 192])
-@pytest.mark.parametrize("N,K", [(7168, 4096), (8192, 1024), (5120, 9216)])
+@pytest.mark.parametrize("N,K", [(7168, 1024), (8192, 1024), (5120, 9216), (8192, 4096)])
 def test_default_tail_row_one_cta(comm, M, N, K):
     """``choose_gemm_tail_one_cta``: by default the GEMM alone at M 129-192 runs 1-CTA tiles
-    with the last row's box where it would pair the two tile rows; it and the pair plan
-    against float64, on the same workspace."""
+    at K <= 1024 where it would pair the two tile rows, and the pairs from K=4096; both with
+    the last row's box. Each against float64, then the plan without the box, on the same
+    workspace."""
     op = get_op(comm, N, False)
     x, w = rank_inputs(M * 3 + N + K, op.rank, M, N, K, _dev())
     p, v = op.plan(M, K, mode="gemm"), op.variant(M, K, mode="gemm")
-    assert p.cta_group == 1 and v.x_rows == next(r for r in X_ROWS if M - 128 <= r)
+    assert p.cta_group == (1 if K <= 1024 else 2)
+    assert v.x_rows == next(r for r in X_ROWS if M - 128 <= r)
     check_gemm_only(op, x, w)
     with knobs(op, x_box=False) as unboxed:
         assert unboxed.plan(M, K, mode="gemm").cta_group == 2
+        assert unboxed.variant(M, K, mode="gemm").x_rows == 0
         check_gemm_only(unboxed, x, w)
     check_gemm_only(op, x, w)  # after the pair plan ran on the same workspace
