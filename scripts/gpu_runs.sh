@@ -41,6 +41,9 @@
 #           264-2600, 20 values with last tile rows of 8-128 rows, N 2880 / 5120 / 7168 / 8192,
 #           K 4096 / 9216): the default plans against the 1-CTA split-K tail at 256 / 224 wide
 #           and against 2x1 clusters with the box (c2+xb)
+#   mid-widths  (1 GPU) the same 160 shapes: the default plans against 1-CTA tiles at 256 /
+#           224 / 192 / 160 wide (partial tiles at N's edge too), which the plan chooser
+#           weighs against pairs only at widths dividing N (``_gemm_one_cta_if_cheaper``)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -70,7 +73,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -156,6 +159,13 @@ for s in "$@"; do
         --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
           1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
           | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_sweep.json" ;;
+    mid-widths)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step mid_widths 540 $G1 \
+        --columns default,c1+bn256,c1+bn224,c1+bn192,c1+bn160 --shuffle 7 \
+        --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
+          1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
+          | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_widths.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
