@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PUSH_ALL_MAX_M, TILE_MS,
-                       TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan, tile_widths,
-                       with_sk)
+from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH_ALL_MAX_M,
+                       TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan,
+                       tile_widths, with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_pairs_full_round, choose_gemm_tail_one_cta,
+                    choose_gemm_pairs_full_round, choose_gemm_partial_width,
+                    choose_gemm_tail_one_cta,
                     choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_split,
                     choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
@@ -128,6 +129,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         if plan.cta_group == 1 and choose_gemm_pairs_full_round(M, K, plan.num_tiles, sm_count):
             # the same width paired; the 1-CTA plan where the pairs cannot all be resident
             plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
+        if plan.cta_group == 1 and choose_gemm_partial_width(K):
+            plan = _gemm_cheaper_at(plan, PARTIAL_NS, pair_ctas)
     if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
             and choose_gemm_tail_one_cta(M, K)):
@@ -159,7 +162,13 @@ def _gemm_fine_if_cheaper(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
     """The plain GEMM's plan of least ``lane_cost`` among the widths of ``FINE_NS`` on the
     same cluster kind, where it costs at most ``FINE_GAIN`` of ``plan``'s; else ``plan``:
     a width 16 past a multiple of 32 that ends a partial last wave (docs/PERF.md (ai))."""
-    best = _cheapest_gemm(plan.M, plan.N, plan.K, plan.world, plan.sm_count, FINE_NS,
+    return _gemm_cheaper_at(plan, FINE_NS, pair_ctas)
+
+
+def _gemm_cheaper_at(plan: TilePlan, widths: tuple, pair_ctas: int | None) -> TilePlan:
+    """The plain GEMM's plan of least ``lane_cost`` among ``widths`` on ``plan``'s cluster
+    kind where it costs at most ``FINE_GAIN`` of ``plan``'s; else ``plan``."""
+    best = _cheapest_gemm(plan.M, plan.N, plan.K, plan.world, plan.sm_count, widths,
                           plan.cta_group, pair_ctas)
     if best is not None and lane_cost(best) <= FINE_GAIN * lane_cost(plan):
         return best

@@ -10,6 +10,7 @@ shapes it moved.
 |---|---|---|---|
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
+| ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` | sm90 plain GEMM (bf16), K <= 1024, M >= 4096 | 2x1 clusters, ping-pong, widths <= 192 | (ai) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
@@ -219,6 +220,19 @@ def choose_gemm_tail_one_cta(M: int, K: int) -> bool:
     lost by turns (-13% to +21%): no rule there. A last row of 65-127 rows has no box
     (M 200: pairs ahead)."""
     return BM < M <= BM + 64 and K <= 1024
+
+
+def choose_gemm_partial_width(K: int) -> bool:
+    """Whether the plain sm90 GEMM's 1-CTA plan (bf16, nothing forced) may also take a width
+    of ``PARTIAL_NS`` that does not divide N (a partial tile at N's edge) where its
+    ``lane_cost`` is at most ``FINE_GAIN`` of the plan's: at K > 1024. Over N 2880 / 3584 /
+    4096 / 5120 / 6144 / 7168 / 8192 and M up to 17000 at K 2048 / 4096 / 9216 that moves
+    only N=5120 at M 1025-1152 (nine tile rows: 128 wide over three rounds -> 192 wide over
+    two). One H100 (docs/PERF.md (an), ``gpu_runs.sh OUT mid-widths``, against the default
+    plans in the same run): 1032 / 1100 x 5120 x 4096 +14% / +21%, x 9216 +15% / +21%
+    (1100 x 5120 x 9216: 0.70x -> 0.85x cuBLAS). At K=1024 it would move 576 of those
+    points, none of them timed."""
+    return K > 1024
 
 
 def choose_gemm_pingpong(M: int, K: int) -> bool:

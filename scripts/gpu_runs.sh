@@ -44,6 +44,9 @@
 #   mid-widths  (1 GPU) the same 160 shapes: the default plans against 1-CTA tiles at 256 /
 #           224 / 192 / 160 wide (partial tiles at N's edge too), which the plan chooser
 #           weighs against pairs only at widths dividing N (``_gemm_one_cta_if_cheaper``)
+#   partial-width  (1 GPU) where ``choose_gemm_partial_width`` moves a plan (N=5120, M
+#           1025-1152, K 4096 / 9216, and K=2048 at two M): the default plans against the
+#           128-wide 1-CTA plans they replaced and 224 wide
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -73,7 +76,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -166,6 +169,13 @@ for s in "$@"; do
         --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
           1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
           | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_widths.json" ;;
+    partial-width)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step partial_width 300 $G1 --columns default,c1+bn128,c1+bn224 --shuffle 8 \
+        --shapes "$(shapes "1025 1032 1048 1064 1088 1100 1128 1152" "5120" | tr ';' '\n' \
+          | grep -v ',1024$' | paste -sd';');$(shapes "1032 1100" "5120" | tr ';' '\n' \
+          | grep ',1024$' | sed 's/,1024$/,2048/' | paste -sd';')" \
+        --build-jobs "$(nproc)" --json "$out/partial_width.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

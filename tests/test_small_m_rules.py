@@ -430,3 +430,29 @@ def test_gemm_tail_row_one_cta(M, N, K):
                           Tuning(x_box=False))[0]
     assert resolve(Shape(M, N, K, "rs"), hw, 2, "unicast")[0] == \
         make_plan(M, N, K, 2, 132, "rs", push_all=None)
+
+
+@pytest.mark.parametrize("K", [1024, 4096, 9216])
+@pytest.mark.parametrize("M", [1024, 1025, 1100, 1152, 1153])
+def test_gemm_partial_width(M, K):
+    """``choose_gemm_partial_width``: the bf16 GEMM alone's 1-CTA plan at K > 1024 takes a
+    width that leaves a partial tile at N's edge where its lane cost is 5% lower (N=5120, M
+    1025-1152: 192 wide over two rounds, not 128 wide over three); not at K=1024, not in
+    fp16, not where a Tuning forces the width, and pair plans keep theirs."""
+    from launch import Dtypes, Hardware, Shape, Tuning, resolve
+    from launch.rules import FINE_GAIN, choose_gemm_partial_width, lane_cost
+    hw = Hardware("sm_90a", 132)
+    plan, _ = resolve(Shape(M, 5120, K, "gemm"), hw, 2, "unicast")
+    moved = 1024 < M <= 1152 and K > 1024
+    assert choose_gemm_partial_width(K) is (K > 1024)
+    if moved:
+        assert (plan.cta_group, plan.bn, plan.rounds) == (1, 192, 2)
+        whole, _ = resolve(Shape(M, 5120, K, "gemm"), hw, 2, "unicast", tuning=Tuning(bn=128))
+        assert lane_cost(plan) <= FINE_GAIN * lane_cost(whole)
+    else:
+        assert 5120 % plan.bn == 0 or plan.bn in (112, 144, 176, 208)
+    f16, _ = resolve(Shape(M, 5120, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))
+    assert 5120 % f16.bn == 0
+    forced, _ = resolve(Shape(M, 5120, K, "gemm"), hw, 2, "unicast",
+                        tuning=Tuning(cta_group=1, bn=128))
+    assert forced.bn == 128
