@@ -293,8 +293,8 @@ def choose_x_box(mode: str, M: int) -> bool:
       group idles (docs/PERF.md (am): the split-K tail's last round at M 300 / 520 +5..+23%);
     - 2x1 clusters, one H200 (docs/PERF.md (an), M 129-3000 with a last row of 8-64 rows, N
       2880-8192, K 1024-9216): geomean +11.8% over 72 shapes, +4.2% over 68 more; up to +71%
-      (129 x 8192 x 9216) on 128-wide pairs, whose w tile is no larger than x's; 224 / 256
-      wide ties (-4% to +5%, the run's spread)."""
+      (129 x 8192 x 9216) on 128-wide pairs at N 5120-8192 and K >= 4096, whose w tile is
+      no larger than x's; at N=2880, K=1024 and 224 / 256 wide a tie (-4% to +5%)."""
     return mode == "gemm"
 
 
