@@ -89,11 +89,14 @@ step() {  # name limit command...
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|geomean|rsar' "$out/$name.log" | tail -1)"
 }
-shapes() {  # "M..." "N..." -> M,N,K;... over K 1024 / 4096 / 9216
+shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 9216)
   local M N K r=""
-  for N in $2; do for K in 1024 4096 9216; do for M in $1; do r+="$M,$N,$K;"; done; done; done
+  for N in $2; do for K in ${3:-1024 4096 9216}; do for M in $1; do r+="$M,$N,$K;"; done; done
+  done
   echo "${r%;}"
 }
+# the M of three to twenty tile rows whose last row holds 8-128 rows (mid-sweep, mid-widths)
+MID_MS="264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 1540 1800 2100 2600"
 L2_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_op_read.sum,\
 lts__t_sectors_op_read.max,lts__t_sectors_op_read.avg,lts__t_requests.max,lts__t_requests.avg
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
@@ -153,28 +156,25 @@ for s in "$@"; do
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step mid_m 480 $G1 \
         --columns default,xb0,c1+bn256,c1+bn256+sk,c1+bn224+sk,c1+bn176+sk,c2+bn256 --shuffle 5 \
-        --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" | tr ';' '\n' \
-          | grep -v ',1024$' | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
+        --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" "4096 9216")" \
+        --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
     mid-sweep)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step mid_sweep 540 $G1 \
         --columns default,c1+bn256+sk,c1+bn224+sk,c2+xb --shuffle 6 \
-        --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
-          1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
-          | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_sweep.json" ;;
+        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" \
+        --build-jobs "$(nproc)" --json "$out/mid_sweep.json" ;;
     mid-widths)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step mid_widths 540 $G1 \
         --columns default,c1+bn256,c1+bn224,c1+bn192,c1+bn160 --shuffle 7 \
-        --shapes "$(shapes "264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 \
-          1540 1800 2100 2600" "2880 5120 7168 8192" | tr ';' '\n' | grep -v ',1024$' \
-          | paste -sd';')" --build-jobs "$(nproc)" --json "$out/mid_widths.json" ;;
+        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" \
+        --build-jobs "$(nproc)" --json "$out/mid_widths.json" ;;
     partial-width)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step partial_width 300 $G1 --columns default,c1+bn128,c1+bn224 --shuffle 8 \
-        --shapes "$(shapes "1025 1032 1048 1064 1088 1100 1128 1152" "5120" | tr ';' '\n' \
-          | grep -v ',1024$' | paste -sd';');$(shapes "1032 1100" "5120" | tr ';' '\n' \
-          | grep ',1024$' | sed 's/,1024$/,2048/' | paste -sd';')" \
+        --shapes "$(shapes "1025 1032 1048 1064 1088 1100 1128 1152" 5120 "4096 9216");$(
+          shapes "1032 1100" 5120 2048)" \
         --build-jobs "$(nproc)" --json "$out/partial_width.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
