@@ -104,7 +104,9 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     if t.epi_slots or not sm90:
         stages = 0
     else:
-        stages = t.stages or default_stages(arch, transport, push, plan)
+        # fp8 operands keep the stages their GPU runs timed
+        stages = t.stages or default_stages(arch, transport, push, plan,
+                                            int(tma_store and not dtypes.operands))
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,

@@ -30,7 +30,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane | 4 mainloop stages | (s), (t) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, K <= 1024 | 4 mainloop stages | (s), (t), (ao) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -362,21 +362,37 @@ def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) ->
     return int(plan.mode == "rs" and plan.peers_first)
 
 
-def default_stages(arch: str, transport: str, push: str, plan: TilePlan) -> int:
-    """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, else 0 (the kernel's
-    3 mainloop stages with a whole-tile sub-tile ring). The ring's depth lets a lane's MMA
-    warps start its next tile while the last one is pushed or stored; with at most two
-    tiles per lane (three for the GEMM alone at 224 wide, one at 256) there is little next
-    tile to start, and a fourth stage keeps more k-blocks in flight instead. Same runs on
-    2x H200 (docs/PERF.md (t), two runs, N 7168 / 8192, K 1024-9216, M 384-1152), four
-    stages against three: RS +1.3..+5.7% and AR +3.3..+3.8% on 224-wide two-round plans at
-    K >= 2048 (M 896-1024); the GEMM alone +1.5..+7.0% at 224 wide (M 384-1152) and
-    +1.1..+4.4% on 256-wide one-round plans (M 384-512). K=1024 ties (0.98-1.02), RS plans
-    that split a shared row lose up to 7% (1152 x 7168), and from four tiles per lane
-    the GEMM alone loses 1-6% (docs/PERF.md (s)). Bulk-copy pushes on unicast only, where
-    it was measured."""
-    if (arch != "sm_90a" or transport != "unicast" or push == "lsu" or plan.K < 2048
-            or plan.split_row or plan.sk):
+def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
+                   tma_store: int = 0) -> int:
+    """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, or where the GEMM
+    alone of bf16 / fp16 operands stores by TMA (``tma_store``) at those widths and K <=
+    1024; else 0 (the kernel's 3 mainloop stages with a whole-tile sub-tile ring).
+
+    The fused op: the ring's depth lets a lane's MMA warps start its next tile while the
+    last one is pushed; with at most two tiles per lane there is little next tile to start,
+    and a fourth stage keeps more k-blocks in flight instead. Same runs on 2x H200
+    (docs/PERF.md (t), two runs, N 7168 / 8192, K 1024-9216, M 384-1152), four stages
+    against three: RS +1.3..+5.7% and AR +3.3..+3.8% on 224-wide two-round plans at K >=
+    2048 (M 896-1024); K=1024 ties (0.98-1.02), RS plans that split a shared row lose up to
+    7% (1152 x 7168) (docs/PERF.md (s)). Bulk-copy pushes on unicast only, where it was
+    measured.
+
+    The GEMM alone with TMA stores at K <= 1024: a mainloop starved of k-blocks at three
+    stages (Nsight Compute at 2048 x 7168 x 1024: the MMA warps' samples sit mostly in the
+    stage waits, the tile's 16 k-blocks too few to run ahead), and since the store warp hands
+    the ring's oldest slot back once its store has read it (not the whole ring at once), a
+    ring one slot (224) or four slots (256) short of the tile costs the epilogue little.
+    One H100, two runs, same-run A/B against three stages (docs/PERF.md (ao)): 1-CTA plans
+    at M 512-2048 +1.0..+4.9% in both (1024 x 7168 x 1024 1.011x -> 1.061x cuBLAS, 2048 x
+    7168 x 1024 0.892x -> 0.928x), M=256 +2.0 / -2.4%. From K=4096 the runs disagree
+    (2x1 clusters, M >= 2048: +1.3..+2.5% in one, -8.6..+2.8% in the other, -1.3..-6.2% at
+    M >= 4096), so there the rule above stands; under the whole-ring hand-back four stages
+    lost 1-6% from four tiles a lane ((s))."""
+    if arch != "sm_90a" or transport != "unicast" or push == "lsu" or plan.sk:
+        return 0
+    if tma_store and plan.mode == "gemm" and plan.bn in (224, 256) and plan.K <= 1024:
+        return 4
+    if plan.K < 2048 or plan.split_row:
         return 0
     tiles = plan.rounds - plan.lag
     if plan.bn == 224 and tiles <= (3 if plan.mode == "gemm" else 2):

@@ -567,9 +567,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
         TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
-        warps once the stores have read them: whenever the warp holds the whole ring, and at
-        each tile's end (the wait then runs under the next tile's mainloop), so no slot is
-        held while the warp waits for a sub-tile the MMA warps have not written."""
+        warps once the stores have read them: the oldest whenever the warp holds the whole
+        ring, all at each tile's end (the wait then runs under the next tile's mainloop), so
+        no slot is held while the warp waits for a sub-tile the MMA warps have not written."""
         gC = cute.local_tile(mC, (self.bm, self.epi_n), (None, None))
         sC_st, gC_st = cute.nvgpu.cpasync.tma_partition(
             tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
@@ -589,12 +589,20 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     cute.arch.cp_async_bulk_commit_group()
                     epi_state.advance()
                     held += 1
-                    if cutlass.const_expr(held == self.epi_slots or e == self.num_sub - 1):
+                    if cutlass.const_expr(e == self.num_sub - 1):
                         cute.arch.cp_async_bulk_wait_group(0, read=True)
                         for _s in cutlass.range_constexpr(held):
                             epi_pipe.consumer_release(rel_state)
                             rel_state.advance()
                         held = 0
+                    elif cutlass.const_expr(held == self.epi_slots):
+                        # a ring shorter than the tile (more mainloop stages): the oldest
+                        # slot goes back as soon as its store has read it, so the MMA warps
+                        # wait for one store, not for the whole ring's
+                        cute.arch.cp_async_bulk_wait_group(self.epi_slots - 1, read=True)
+                        epi_pipe.consumer_release(rel_state)
+                        rel_state.advance()
+                        held -= 1
 
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,

@@ -47,6 +47,9 @@
 #   partial-width  (1 GPU) where ``choose_gemm_partial_width`` moves a plan (N=5120, M
 #           1025-1152, K 4096 / 9216, and K=2048 at two M): the default plans against the
 #           128-wide 1-CTA plans they replaced and 224 wide
+#   stages  (1 GPU) the grid's M 256-2048 (N 7168 / 8192, K 1024 / 4096 / 9216): the default
+#           plans against more mainloop stages behind a ring shorter than the tile (stages4;
+#           1-CTA 176 / 192 wide at 5 stages, 144 at 6: cuBLAS's 176-wide tiles keep 5)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -76,7 +79,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -176,6 +179,12 @@ for s in "$@"; do
         --shapes "$(shapes "1025 1032 1048 1064 1088 1100 1128 1152" 5120 "4096 9216");$(
           shapes "1032 1100" 5120 2048)" \
         --build-jobs "$(nproc)" --json "$out/partial_width.json" ;;
+    stages)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step stages 400 $G1 \
+        --columns default,stages4,c1+bn176+stages5,c1+bn192+stages5,c1+bn144+stages6 \
+        --shuffle 9 --shapes "$(shapes "256 512 1024 2048" "7168 8192")" \
+        --build-jobs "$(nproc)" --json "$out/stages.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

@@ -255,6 +255,22 @@ def test_default_stages(M, N, K, mode, want):
     assert default_stages("sm_90a", "unicast", push_for(push, mode), p) == want, p
 
 
+@pytest.mark.parametrize("M,N,K,want", [
+    # the GEMM alone with TMA stores: 224 / 256 wide at K <= 1024, whatever a lane's tiles
+    (2048, 7168, 1024, 4), (1024, 8192, 1024, 4), (512, 7168, 1024, 4), (16384, 8192, 1024, 4),
+    # pairs of 112- / 128-wide tiles at two tile rows keep theirs
+    (256, 7168, 1024, 0), (256, 8192, 1024, 0),
+    # from K=2048 the fused rule's few tiles a lane (the runs disagreed there)
+    (2048, 7168, 4096, 0), (8192, 8192, 9216, 0), (512, 7168, 4096, 4),
+    # 128-wide plans keep their 6 stages
+    (3000, 7168, 1024, 0)])
+def test_default_stages_gemm_tma_store(M, N, K, want):
+    p = make_plan(M, N, K, 2, 132, "gemm", bn=128 if M == 3000 else None)
+    assert default_stages("sm_90a", "unicast", "tma", p, tma_store=1) == want, p
+    if K <= 1024:  # the threads' copy-out keeps the whole-tile ring
+        assert default_stages("sm_90a", "unicast", "tma", p, tma_store=0) == 0, p
+
+
 def test_default_stages_only_where_measured():
     p = make_plan(1024, 7168, 4096, 2, 132, "rs")
     assert default_stages("sm_90a", "unicast", "tma", p) == 4

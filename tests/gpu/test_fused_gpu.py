@@ -475,7 +475,12 @@ def test_gemm_only_forced_plan(comm, M, cta_group, push, band):
     (3000, 9216, {}), (512, 4096, {"stages": 4}), (1000, 1024, {"cta_group": 1}),
     (1000, 1024, {"cta_group": 2}), (200, 2048, {"pair_n": True}),
     (640, 9216, {"sk": True}), (3000, 2048, {"sk": True, "bn": 128}),
-    (777, 1024, {"bn": 64})])
+    (777, 1024, {"bn": 64}),
+    # rings shorter than the tile (more stages): the oldest slot back after its store read
+    (2048, 1024, {"stages": 4, "cta_group": 1}), (2048, 4096, {"stages": 4}),
+    (1300, 1024, {"bn": 176, "stages": 5, "cta_group": 1}),
+    (1000, 4096, {"bn": 192, "stages": 5, "cta_group": 1}),
+    (3000, 1024, {"bn": 144, "stages": 6, "cta_group": 1})])
 def test_gemm_only_tma_store(comm, M, N, K, force):
     """The plain GEMM's output by TMA tensor stores (``Tuning.tma_store``): against the
     float64 product, over a freed NaN block (rows past M are the TMA's to clip), and bitwise
