@@ -26,7 +26,7 @@ from .rules import (auto_push_all, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
                     default_stages, default_tma_store)
 from .tuning import Tuning
-from .variant import Variant, pingpong_refusal, push_for
+from .variant import Variant, has_x_box, pingpong_refusal, push_for
 
 SM90 = "sm_90a"
 # Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'
@@ -100,7 +100,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit = default_lean_exit(arch, transport, mode)
     else:
         lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
-    x_rows = x_rows_for(shape.M, plan, dtypes) if x_box and sm90 and not pingpong else 0
+    x_rows = x_rows_for(shape.M, plan, dtypes, arch, bool(pingpong)) if x_box else 0
     if t.epi_slots or not sm90:
         stages = 0
     else:
@@ -163,14 +163,13 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 
 
-def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes) -> int:
+def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
+               pingpong: bool = False) -> int:
     """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
     (``Variant.x_rows``): the fewest of ``X_ROWS`` that hold that row's
     ``M - (tiles_m - 1) * bm`` rows where that is fewer than the tile's, on a kernel that has
-    the box (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles or on 2x1 clusters along
-    M; ``resolve`` leaves ping-pong warp groups, a kernel form of their own, on whole boxes);
-    else 0, the tile's rows."""
-    if plan.mode != "gemm" or plan.pair_n or dtypes.operands or M < 1:
+    the box (``has_x_box``: not ping-pong warp groups, not sm100); else 0, the tile's rows."""
+    if M < 1 or not has_x_box(plan.mode, plan.pair_n, dtypes.operands, pingpong, arch):
         return 0
     tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
     return next((r for r in X_ROWS if tail <= r < plan.bm), 0)

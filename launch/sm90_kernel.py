@@ -53,7 +53,7 @@ from .pingpong import PingPongMma
 from .geometry import BM, EPI_N, TILE_MS, TILE_NS, X_ROWS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
-from .variant import Variant, pingpong_refusal
+from .variant import Variant, has_x_box, pingpong_refusal
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -168,11 +168,11 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError("64-row tiles run the plain GEMM on 1-CTA tiles of bf16 / fp16 "
                              "operands, without ping-pong")
         self.x_rows = v.x_rows or self.bm
-        if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or mode != "gemm"
-                         or v.pair_n or self.scaled):
+        if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or not has_x_box(
+                mode, v.pair_n, in_dtype, self.pingpong, v.arch)):
             raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
                              f"tile's {self.bm}, for the plain GEMM of bf16 / fp16 operands on "
-                             f"1-CTA tiles or 2x1 clusters along M")
+                             f"1-CTA tiles or 2x1 clusters along M, without ping-pong")
         # 64-row tiles: one MMA warp group computes the whole tile
         self.num_mma_wg = self.bm // 64
         self.threads = 128 * (1 + self.num_mma_wg)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .geometry import BLACKWELL
+
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
@@ -147,6 +149,18 @@ def push_for(push: str, mode: str) -> str:
 # 160 (its communication threads 72: the CTA's pool is 384 x 168 registers, so 192-wide
 # tiles would leave them 56, and spill 0.3-1.9 KB; docs/PERF.md (ag)).
 PINGPONG_WIDEST = {"alone": 192, "fused": 160}
+
+
+def has_x_box(mode: str, pair_n: bool, in_dtype: str, pingpong: bool, arch: str) -> bool:
+    """Whether a kernel of these knobs can load x's last tile row in a box of its rows
+    (``Variant.x_rows``): the sm90 plain GEMM of bf16 / fp16 operands on 1-CTA tiles or 2x1
+    clusters along M, in the cooperative form. Pairs along N share x's tile (both CTAs
+    would need the same box), fp8 operands stage scales by the tile's rows, and ping-pong
+    warp groups and sm100 kernels load x in a form of their own. The plan
+    (``launch.resolve.x_rows_for``), the kernel cache (``scripts/precompile.py``) and the
+    kernel's own check read it here."""
+    return (mode == "gemm" and not pair_n and not in_dtype and not pingpong
+            and arch not in BLACKWELL)
 
 
 def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool,

@@ -69,6 +69,7 @@ def variants(arch: str, world: int, transports: list[str],
     from launch.geometry import BLACKWELL, X_ROWS
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     from launch.rules import choose_x_box
+    from launch.variant import has_x_box
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
     Ms = sorted({2 ** i for i in range(17)} | {3 * 2 ** i for i in range(15)}
@@ -97,8 +98,8 @@ def variants(arch: str, world: int, transports: list[str],
     if choose_x_box("gemm", 1):
         # any M may end on a partial tile row: the box of each row count below the tile's
         kinds |= {replace(v, x_rows=r) for v in kinds for r in X_ROWS
-                  if v.mode == "gemm" and not v.pair_n and not v.pingpong and not v.in_dtype
-                  and v.arch not in BLACKWELL and not v.x_rows and r < v.bm}
+                  if has_x_box(v.mode, v.pair_n, v.in_dtype, v.pingpong, v.arch)
+                  and not v.x_rows and r < v.bm}
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)

@@ -2,12 +2,16 @@
 one recorded from the op before ``launch.resolve`` existed, and its PTX is byte-identical
 (sm90 and sm100, RS / AR / the plain GEMM, bf16 / fp16 / fp8, block-wise scales, bias,
 partial tiles, world 4, multicast). A kernel change that means to move PTX re-records it:
-``python3 tests/test_variant_identity.py --write``. Re-recorded twice since, both 2026-12-05:
+``python3 tests/test_variant_identity.py --write``. Re-recorded three times since: twice on
+2026-12-05:
 when the schedule's part rotation left the kernels (the round-order variants, 15 of the 24,
 moved; the other 9 kept their PTX); and when x's box gained an atom of its own for the last
 tile row (``Variant.x_rows``), two kernel parameters every sm90 variant takes (the 17 sm90
 entries moved; their bodies, with the parameters renumbered, were identical to the old
-ones on the 224-wide GEMM and the 256-wide RS on pairs)."""
+ones on the 224-wide GEMM and the 256-wide RS on pairs); and on 2026-12-06 when the GEMM
+alone took 4 mainloop stages at 224 / 256 wide and K <= 1024 (``default_stages``, PERF.md
+(ao): the one entry it moves, 2048 x 7168 x 1024; the store warp's new slot hand-back sits
+in a branch only rings shorter than the tile compile, so the other 27 kept their PTX)."""
 from __future__ import annotations
 
 import dataclasses
