@@ -47,9 +47,15 @@
 #   partial-width  (1 GPU) where ``choose_gemm_partial_width`` moves a plan (N=5120, M
 #           1025-1152, K 4096 / 9216, and K=2048 at two M): the default plans against the
 #           128-wide 1-CTA plans they replaced and 224 wide
-#   stages  (1 GPU) the grid's M 256-2048 (N 7168 / 8192, K 1024 / 4096 / 9216): the default
-#           plans against more mainloop stages behind a ring shorter than the tile (stages4;
-#           1-CTA 176 / 192 wide at 5 stages, 144 at 6: cuBLAS's 176-wide tiles keep 5)
+#   stages  (1 GPU) four mainloop stages behind a ring shorter than the tile (PERF.md (ao)):
+#           where the rule takes them (224 / 256 wide, K=1024, M 512-2048) against three
+#           (stages3) and on 2x1 clusters (c2+stages4: half w's L2 bytes); from K=4096 (M
+#           512-16384, where two runs disagreed) the default against stages4 and c1+stages4,
+#           five interleaved blocks a shape
+#   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
+#           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
+#           re-reading all of x from L2) against pairs along N sharing x's tile at the same
+#           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -79,7 +85,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages small-m-pairs new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -181,10 +187,15 @@ for s in "$@"; do
         --build-jobs "$(nproc)" --json "$out/partial_width.json" ;;
     stages)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step stages 400 $G1 \
-        --columns default,stages4,c1+bn176+stages5,c1+bn192+stages5,c1+bn144+stages6 \
-        --shuffle 9 --shapes "$(shapes "256 512 1024 2048" "7168 8192")" \
+      step stages 500 $G1 --columns default,stages3,stages4,c2+stages4,c1+stages4 \
+        --shuffle 9 --blocks 5 --shapes "$(shapes "512 1024 2048" "7168 8192" 1024);$(
+          shapes "512 1024 2048 4096 8192 16384" "7168 8192" "4096 9216")" \
         --build-jobs "$(nproc)" --json "$out/stages.json" ;;
+    small-m-pairs)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step small_m_pairs 300 $G1 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
+        --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" \
+        --build-jobs "$(nproc)" --json "$out/small_m_pairs.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
