@@ -56,6 +56,9 @@
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
 #           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
+#   profile  (1 GPU) Nsight Compute's SASS source page of the GEMM alone's default plan at
+#           2048 x 7168 x 1024 and 512 x 7168 x 1024 (the grid's two lowest), summed by
+#           benchmarks/sass_stalls.py: profile_*.txt, src_*.csv
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -85,7 +88,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages small-m-pairs new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -196,6 +199,17 @@ for s in "$@"; do
       step small_m_pairs 300 $G1 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" \
         --build-jobs "$(nproc)" --json "$out/small_m_pairs.json" ;;
+    profile)
+      command -v ncu > /dev/null || { echo "profile: no ncu on this machine" >&2; continue; }
+      for shp in 2048,7168,1024 512,7168,1024; do
+        n=${shp//,/_}
+        step "ncu_$n" 200 ncu --clock-control none -k regex:Sm90FusedKernel --launch-skip 1 \
+          --launch-count 1 --set full --import-source yes -o "$out/rep_$n" -f \
+          $G1 --columns default --shapes "$shp" --iters 1 --blocks 1
+        ncu -i "$out/rep_$n.ncu-rep" --page source --csv --print-source sass > "$out/src_$n.csv"
+        python3 benchmarks/sass_stalls.py "$out/src_$n.csv" > "$out/profile_$n.txt" 2>&1
+        rm -f "$out/rep_$n.ncu-rep"
+      done ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
