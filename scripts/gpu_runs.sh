@@ -52,6 +52,9 @@
 #           (stages3) and on 2x1 clusters (c2+stages4: half w's L2 bytes); from K=4096 (M
 #           512-16384, where two runs disagreed) the default against stages4 and c1+stages4,
 #           five interleaved blocks a shape
+#   pp-stages  (1 GPU) the ping-pong rule's shapes (M 4096-16384, N 7168 / 8192, K=1024):
+#           the default (176 / 192 wide, 4 stages, a whole-tile ring) against 5 stages behind
+#           a short ring at both widths (c2+bnW+pp+stages5) and the other width at 4
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -88,7 +91,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -194,6 +197,12 @@ for s in "$@"; do
         --shuffle 9 --blocks 5 --shapes "$(shapes "512 1024 2048" "7168 8192" 1024);$(
           shapes "512 1024 2048 4096 8192 16384" "7168 8192" "4096 9216")" \
         --build-jobs "$(nproc)" --json "$out/stages.json" ;;
+    pp-stages)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      step pp_stages 300 $G1 \
+        --columns default,c2+bn176+pp,c2+bn192+pp,c2+bn176+pp+stages5,c2+bn192+pp+stages5 \
+        --shuffle 13 --blocks 5 --shapes "$(shapes "4096 8192 16384" "7168 8192" 1024)" \
+        --build-jobs "$(nproc)" --json "$out/pp_stages.json" ;;
     small-m-pairs)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       step small_m_pairs 300 $G1 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \

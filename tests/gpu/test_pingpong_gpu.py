@@ -35,6 +35,21 @@ def test_gemm_only_pingpong(comm, M, N, K, bn, cta_group):
         check_gemm_only_bitwise(pingpong, cooperative, x, w)
 
 
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("bn,stages", [(192, 5), (176, 5), (144, 6)])
+@pytest.mark.parametrize("M,K", [(1000, 1024), (4100, 1024), (2048, 4096)])
+def test_gemm_only_pingpong_short_ring(comm, M, N, K, bn, stages):
+    """Ping-pong with more mainloop stages than a whole-tile ring leaves room for (192 wide:
+    3 slots of 6; 176: 8 of 11; 144 at 6 stages: 5 of 9): the two groups' sub-tiles share
+    the short ring, whose oldest slot the store warp hands back once its store has read it."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 5 + K + N + bn, op.rank, M, op.N, K, _dev())
+    force = {"bn": bn, "cta_group": 2}
+    with knobs(op, pingpong=True, stages=stages, **force) as pingpong, \
+            knobs(op, **force) as cooperative:
+        check_gemm_only_bitwise(pingpong, cooperative, x, w)
+
+
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("force", [{}, {"cta_group": 2}, {"peers_first": True},
                                    {"peers_first": True, "flat": True}],
