@@ -104,9 +104,11 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     if t.epi_slots or not sm90:
         stages = 0
     else:
-        # fp8 operands keep the stages their GPU runs timed
-        stages = t.stages or default_stages(arch, transport, push, plan,
-                                            int(tma_store and not dtypes.operands))
+        # the GEMM alone's short-ring rule where it was timed: bf16 (fp16 and fp8 keep the
+        # stages their GPU runs checked, as with ``_fill_rules``)
+        stages = t.stages or default_stages(
+            arch, transport, push, plan,
+            int(tma_store and dtypes.out == "bf16" and not dtypes.operands))
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,
