@@ -104,11 +104,9 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     if t.epi_slots or not sm90:
         stages = 0
     else:
-        # the GEMM alone's short-ring rule where it was timed: bf16 (fp16 and fp8 keep the
-        # stages their GPU runs checked, as with ``_fill_rules``)
-        stages = t.stages or default_stages(
-            arch, transport, push, plan,
-            int(tma_store and dtypes.out == "bf16" and not dtypes.operands))
+        # every dtype alike: fp16 moves bf16's bytes at bf16's MMA rate, and an fp8 call's
+        # plan is bf16's of half its depth (the same k-blocks, bytes and MMA time each)
+        stages = t.stages or default_stages(arch, transport, push, plan, tma_store)
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,

@@ -30,7 +30,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM (bf16) with TMA stores at 224 / 256 wide, K <= 1024 | 4 mainloop stages | (s), (t), (ao) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024 | 4 mainloop stages | (s), (t), (ao) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -365,8 +365,9 @@ def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) ->
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
                    tma_store: int = 0) -> int:
     """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, or where the GEMM
-    alone of bf16 operands stores by TMA (``tma_store``: ``resolve`` passes it for bf16
-    only, where it was timed) at those widths and K <= 1024; else 0 (the kernel's 3 mainloop stages with a whole-tile sub-tile ring).
+    alone stores by TMA (``tma_store``) at those widths and a plan depth K <= 1024 (timed on
+    bf16; fp16 moves the same bytes at the same MMA rate, and an fp8 call plans as bf16 at
+    half its depth); else 0 (the kernel's 3 mainloop stages with a whole-tile sub-tile ring).
 
     The fused op: the ring's depth lets a lane's MMA warps start its next tile while the
     last one is pushed; with at most two tiles per lane there is little next tile to start,

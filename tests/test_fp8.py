@@ -149,9 +149,7 @@ def test_plans_take_half_the_depth(monkeypatch):
             op.max_M = 8192
             K = 8192 if name else 4096
             op.warmup([128, 1000, 4096], K)
-            # depth 2048 both ways (at 1024 the bf16 GEMM alone takes 4 stages where fp8
-            # keeps 3: ``default_stages``, timed on bf16 only)
-            op._prepare(2048, K // 2, "gemm")
+            op._prepare(2048, K // 4, "gemm")  # depth 1024 both ways
             fixed[name, mode] = op._prepare(1000, K, mode)[2]
             push_all = None if mode == "ar" else False  # the rule's, where a kernel runs it
             assert op.plan(1000, K) == make_plan(1000, 7168, 4096, 2, 132, mode,

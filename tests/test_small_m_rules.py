@@ -271,15 +271,17 @@ def test_default_stages_gemm_tma_store(M, N, K, want):
         assert default_stages("sm_90a", "unicast", "tma", p, tma_store=0) == 0, p
 
 
-def test_gemm_stages_rule_is_bf16_only():
-    """``resolve`` gives the GEMM alone's short-ring rule to bf16 calls only: fp16 and fp8
-    operands keep 3 stages at 2048 x 7168 x 1024 (fp8: the bf16 plan of depth 1024)."""
+def test_gemm_stages_rule_for_every_dtype():
+    """``resolve`` gives the GEMM alone's short-ring rule to every dtype at the same plan:
+    fp16 at 2048 x 7168 x 1024 as bf16, fp8 at depth 2048 (the bf16 plan of depth 1024),
+    and none to fp8 at depth 4096 (plan depth 2048)."""
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     hw = Hardware("sm_90a", 132, 132)
-    got = {name: resolve_variant(Shape(2048, 7168, K, "gemm"), hw, 2, "unicast", d).stages
+    got = {(name, K): resolve_variant(Shape(2048, 7168, K, "gemm"), hw, 2, "unicast", d).stages
            for name, K, d in (("bf16", 1024, Dtypes()), ("f16", 1024, Dtypes("f16")),
-                              ("e4m3", 2048, Dtypes("bf16", "e4m3")))}
-    assert got == {"bf16": 4, "f16": 0, "e4m3": 0}
+                              ("e4m3", 2048, Dtypes("bf16", "e4m3")),
+                              ("e4m3", 4096, Dtypes("bf16", "e4m3")))}
+    assert got == {("bf16", 1024): 4, ("f16", 1024): 4, ("e4m3", 2048): 4, ("e4m3", 4096): 0}
 
 
 def test_default_stages_only_where_measured():
