@@ -69,13 +69,12 @@ def categorize(rows: list[dict]) -> Counter:
     got: Counter = Counter()
     for i, r in enumerate(rows):
         op = _opcode(r["src"])
-        prev = _opcode(rows[i - 1]["src"]) if i else ""
         near = [_opcode(rows[j]["src"]) for j in range(max(0, i - 4), i)]
         if "TRYWAIT" in op or (op.startswith("BRA") and any("TRYWAIT" in p for p in near)):
             got["mbarrier wait"] += r["samples"]
             continue
         cat = next((c for c, test in CATEGORIES if test(op)), None)
-        got[cat or ("branch" if op.startswith("BRA") and prev else "other")] += r["samples"]
+        got[cat or ("branch" if op.startswith("BRA") else "other")] += r["samples"]
     return got
 
 

@@ -104,6 +104,12 @@ step() {  # name limit command...
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0))s :: $(grep -E 'passed|failed|error|geomean|rsar' "$out/$name.log" | tail -1)"
 }
+gemm_step() {  # name limit args...: gemm_one_gpu.py, its kernels built on every core first
+  # (into RSAR_KERNEL_CACHE, default kcache/, kept for later steps), rows in OUTDIR/name.json
+  local name=$1 limit=$2; shift 2
+  export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+  step "$name" "$limit" $G1 "$@" --build-jobs "$(nproc)" --json "$out/$name.json"
+}
 shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 9216)
   local M N K r=""
   for N in $2; do for K in ${3:-1024 4096 9216}; do for M in $1; do r+="$M,$N,$K;"; done; done
@@ -141,10 +147,9 @@ for s in "$@"; do
     gemm1)
       step gemm1 300 $G1 --columns default --json "$out/gemm1.json" ;;
     xloads)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step xloads_small 480 $G1 \
+      gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
-        "2880 5120 7168 8192")" --build-jobs "$(nproc)" --json "$out/xloads_small.json" ;;
+        "2880 5120 7168 8192")" ;;
     xloads-checks)
       step xloads_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
         tests/gpu/test_x_loads_gpu.py
@@ -158,56 +163,39 @@ for s in "$@"; do
         done
       fi ;;
     small-m)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step small_m 300 $G1 --columns default,c1,c1+bn112,bm64 \
-        --shapes "$(shapes "129 160 192 256" "2880 5120 7168 8192")" --shuffle 3 \
-        --build-jobs "$(nproc)" --json "$out/small_m.json" ;;
+      gemm_step small_m 300 --columns default,c1,c1+bn112,bm64 \
+        --shapes "$(shapes "129 160 192 256" "2880 5120 7168 8192")" --shuffle 3 ;;
     tails)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step tails 420 $G1 --columns default,xb0,c1,c1+xb0,c2,c2+xb \
+      gemm_step tails 420 --columns default,xb0,c1,c1+xb0,c2,c2+xb \
         --shapes "$(shapes "129 160 192 200 300 520 1000 1100 3000" "2880 5120 7168 8192")" \
-        --shuffle 4 --build-jobs "$(nproc)" --json "$out/tails.json" ;;
+        --shuffle 4 ;;
     mid-m)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step mid_m 480 $G1 \
+      gemm_step mid_m 480 \
         --columns default,xb0,c1+bn256,c1+bn256+sk,c1+bn224+sk,c1+bn176+sk,c2+bn256 --shuffle 5 \
-        --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" "4096 9216")" \
-        --build-jobs "$(nproc)" --json "$out/mid_m.json" ;;
+        --shapes "$(shapes "300 520 640 1100" "5120 7168 8192" "4096 9216")" ;;
     mid-sweep)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step mid_sweep 540 $G1 \
+      gemm_step mid_sweep 540 \
         --columns default,c1+bn256+sk,c1+bn224+sk,c2+xb --shuffle 6 \
-        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" \
-        --build-jobs "$(nproc)" --json "$out/mid_sweep.json" ;;
+        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" ;;
     mid-widths)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step mid_widths 540 $G1 \
+      gemm_step mid_widths 540 \
         --columns default,c1+bn256,c1+bn224,c1+bn192,c1+bn160 --shuffle 7 \
-        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" \
-        --build-jobs "$(nproc)" --json "$out/mid_widths.json" ;;
+        --shapes "$(shapes "$MID_MS" "2880 5120 7168 8192" "4096 9216")" ;;
     partial-width)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step partial_width 300 $G1 --columns default,c1+bn128,c1+bn224 --shuffle 8 \
+      gemm_step partial_width 300 --columns default,c1+bn128,c1+bn224 --shuffle 8 \
         --shapes "$(shapes "1025 1032 1048 1064 1088 1100 1128 1152" 5120 "4096 9216");$(
-          shapes "1032 1100" 5120 2048)" \
-        --build-jobs "$(nproc)" --json "$out/partial_width.json" ;;
+          shapes "1032 1100" 5120 2048)" ;;
     stages)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step stages 500 $G1 --columns default,stages3,stages4,c2+stages4,c1+stages4 \
+      gemm_step stages 500 --columns default,stages3,stages4,c2+stages4,c1+stages4 \
         --shuffle 9 --blocks 5 --shapes "$(shapes "512 1024 2048" "7168 8192" 1024);$(
-          shapes "512 1024 2048 4096 8192 16384" "7168 8192" "4096 9216")" \
-        --build-jobs "$(nproc)" --json "$out/stages.json" ;;
+          shapes "512 1024 2048 4096 8192 16384" "7168 8192" "4096 9216")" ;;
     pp-stages)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step pp_stages 300 $G1 \
+      gemm_step pp_stages 300 \
         --columns default,c2+bn176+pp,c2+bn192+pp,c2+bn176+pp+stages5,c2+bn192+pp+stages5 \
-        --shuffle 13 --blocks 5 --shapes "$(shapes "4096 8192 16384" "7168 8192" 1024)" \
-        --build-jobs "$(nproc)" --json "$out/pp_stages.json" ;;
+        --shuffle 13 --blocks 5 --shapes "$(shapes "4096 8192 16384" "7168 8192" 1024)" ;;
     small-m-pairs)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      step small_m_pairs 300 $G1 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
-        --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" \
-        --build-jobs "$(nproc)" --json "$out/small_m_pairs.json" ;;
+      gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
+        --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
     profile)
       command -v ncu > /dev/null || { echo "profile: no ncu on this machine" >&2; continue; }
       for shp in 2048,7168,1024 512,7168,1024; do

@@ -50,7 +50,8 @@ def test_every_column_a_step_times_parses():
     import re
     from script_runs import load_script
     mod = load_script("gemm_one_gpu.py", "gemm_one_gpu")
-    lists = re.findall(r"\$G1[^;]*?--columns ([\w,+\"$]+)", SCRIPT.read_text(), flags=re.S)
+    lists = re.findall(r"(?:\$G1|gemm_step \w+ \d+)[^;]*?--columns ([\w,+\"$]+)",
+                       SCRIPT.read_text(), flags=re.S)
     names = {c for lst in lists for c in lst.strip('"').split(",") if "$" not in c}
     assert {"default", "xb0", "c1+bn256", "c2+bn256", "c1+bn256+sk", "c2+xb"} <= names
     for name in names:
