@@ -106,7 +106,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     else:
         # every dtype alike: fp16 moves bf16's bytes at bf16's MMA rate, and an fp8 call's
         # plan is bf16's of half its depth (the same k-blocks, bytes and MMA time each)
-        stages = t.stages or default_stages(arch, transport, push, plan, tma_store)
+        stages = t.stages or default_stages(arch, transport, push, plan, tma_store,
+                                            int(pingpong))
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,

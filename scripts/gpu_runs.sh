@@ -145,7 +145,7 @@ for s in "$@"; do
     checks)
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
-      step gemm1 300 $G1 --columns default --json "$out/gemm1.json" ;;
+      gemm_step gemm1 300 --columns default ;;
     xloads)
       gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \

@@ -284,6 +284,29 @@ def test_gemm_stages_rule_for_every_dtype():
     assert got == {("bf16", 1024): 4, ("f16", 1024): 4, ("e4m3", 2048): 4, ("e4m3", 4096): 0}
 
 
+def test_pingpong_plans_take_five_stages():
+    """The plain GEMM's ping-pong plans (``choose_gemm_pingpong``: K <= 1024, M >= 4096)
+    run 5 mainloop stages behind the short ring, as does ping-pong forced at K <= 1024 (fp16
+    too: the fill rules are bf16's); ping-pong forced where it was not timed (K=4096) keeps
+    the kernel's 4."""
+    from launch.resolve import Dtypes, Hardware, Shape, Tuning, resolve_variant
+    hw = Hardware("sm_90a", 132, 132)
+
+    def knobs(M, N, K, d=Dtypes(), **t):
+        v = resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast", d, Tuning(**t))
+        return v.pingpong, v.stages, v.bn
+
+    for M in (4096, 8192, 16384):
+        for N in (7168, 8192):
+            pp, stages, bn = knobs(M, N, 1024)
+            assert (pp, stages) == (1, 5) and bn in (176, 192), (M, N)
+            assert knobs(M, N, 1024, Dtypes("f16"), pingpong=True, bn=bn) == (1, 5, bn)
+    assert knobs(4096, 7168, 4096, pingpong=True, bn=192)[:2] == (1, 0)
+    assert knobs(4096, 7168, 1024, pingpong=True, bn=128)[:2] == (1, 5)
+    assert knobs(4096, 7168, 1024, tma_store=False)[0] == 0
+    assert knobs(2048, 7168, 1024)[:2] == (0, 4)  # below the ping-pong rule: 224 wide, 4
+
+
 def test_default_stages_only_where_measured():
     p = make_plan(1024, 7168, 4096, 2, 132, "rs")
     assert default_stages("sm_90a", "unicast", "tma", p) == 4

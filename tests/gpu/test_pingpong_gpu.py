@@ -50,6 +50,19 @@ def test_gemm_only_pingpong_short_ring(comm, M, N, K, bn, stages):
         check_gemm_only_bitwise(pingpong, cooperative, x, w)
 
 
+@pytest.mark.parametrize("N", [7168, 8192])
+@pytest.mark.parametrize("M", [4100, 8192])
+def test_gemm_only_default_pingpong_plan(comm, M, N):
+    """The plan the op runs by default at K=1024 from M=4096 (``choose_gemm_pingpong`` at 5
+    mainloop stages, ``default_stages``) against the cooperative kernel at the same width."""
+    op = get_op(comm, N, False)
+    v = op.variant(M, 1024, "gemm")
+    assert v.pingpong and v.stages == 5 and v.cta_group == 2, v.describe()
+    x, w = rank_inputs(M * 7 + N, op.rank, M, op.N, 1024, _dev())
+    with knobs(op, bn=v.bn, cta_group=2, pingpong=False) as cooperative:
+        check_gemm_only_bitwise(op, cooperative, x, w)
+
+
 @pytest.mark.parametrize("ar", [False, True], ids=["rs", "ar"])
 @pytest.mark.parametrize("force", [{}, {"cta_group": 2}, {"peers_first": True},
                                    {"peers_first": True, "flat": True}],
