@@ -30,7 +30,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups, K <= 1024 | 4 mainloop stages; 5 for ping-pong | (s), (t), (ao), (ap) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 | 4 mainloop stages; 5 for ping-pong | (s), (t), (ao), (ap) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -367,8 +367,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, or where the GEMM
     alone stores by TMA (``tma_store``) at those widths and a plan depth K <= 1024 (timed on
     bf16; fp16 moves the same bytes at the same MMA rate, and an fp8 call plans as bf16 at
-    half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) at K <= 1024;
-    else 0 (the kernel's own: 3 mainloop stages with a whole-tile sub-tile ring, 4 for
+    half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) on 2x1
+    clusters 176 or 192 wide at K <= 1024 (``choose_gemm_pingpong``'s plans); else 0 (the kernel's own: 3 mainloop stages with a whole-tile sub-tile ring, 4 for
     ping-pong).
 
     Ping-pong at five stages: the ring then holds less than a tile, which the store warp's
@@ -376,7 +376,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     k-block in flight. One H100, two runs, same-run A/B at the width the plan chose
     (docs/PERF.md (ap)): all six shapes of ``choose_gemm_pingpong`` (M 4096-16384, N 7168 /
     8192, K=1024) faster in both, +0.5..+3.5% and +1.7..+4.1% (16384 x 7168 x 1024 1.14x ->
-    1.19x cuBLAS in the second).
+    1.19x cuBLAS in the second). Ping-pong forced elsewhere (1-CTA, other widths, longer K)
+    was not timed at five stages and keeps four.
 
     The fused op: the ring's depth lets a lane's MMA warps start its next tile while the
     last one is pushed; with at most two tiles per lane there is little next tile to start,
@@ -402,7 +403,7 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
         return 0
     if tma_store and plan.mode == "gemm" and plan.K <= 1024:
         if pingpong:
-            return 5
+            return 5 if plan.cta_group == 2 and plan.bn in (176, 192) else 0
         if plan.bn in (224, 256):
             return 4
     if plan.K < 2048 or plan.split_row:

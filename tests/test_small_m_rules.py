@@ -286,9 +286,9 @@ def test_gemm_stages_rule_for_every_dtype():
 
 def test_pingpong_plans_take_five_stages():
     """The plain GEMM's ping-pong plans (``choose_gemm_pingpong``: K <= 1024, M >= 4096)
-    run 5 mainloop stages behind the short ring, as does ping-pong forced at K <= 1024 (fp16
-    too: the fill rules are bf16's); ping-pong forced where it was not timed (K=4096) keeps
-    the kernel's 4."""
+    run 5 mainloop stages behind the short ring, as does ping-pong forced on those plans
+    (fp16 too: the fill rules are bf16's); ping-pong forced where five stages were not timed
+    (K=4096, 128 wide, 1-CTA) keeps the kernel's 4."""
     from launch.resolve import Dtypes, Hardware, Shape, Tuning, resolve_variant
     hw = Hardware("sm_90a", 132, 132)
 
@@ -300,9 +300,11 @@ def test_pingpong_plans_take_five_stages():
         for N in (7168, 8192):
             pp, stages, bn = knobs(M, N, 1024)
             assert (pp, stages) == (1, 5) and bn in (176, 192), (M, N)
-            assert knobs(M, N, 1024, Dtypes("f16"), pingpong=True, bn=bn) == (1, 5, bn)
+            assert knobs(M, N, 1024, Dtypes("f16"), pingpong=True, bn=bn,
+                         cta_group=2) == (1, 5, bn)
     assert knobs(4096, 7168, 4096, pingpong=True, bn=192)[:2] == (1, 0)
-    assert knobs(4096, 7168, 1024, pingpong=True, bn=128)[:2] == (1, 5)
+    assert knobs(4096, 7168, 1024, pingpong=True, bn=128)[:2] == (1, 0)
+    assert knobs(4096, 7168, 1024, pingpong=True, bn=192, cta_group=1)[:2] == (1, 0)
     assert knobs(4096, 7168, 1024, tma_store=False)[0] == 0
     assert knobs(2048, 7168, 1024)[:2] == (0, 4)  # below the ping-pong rule: 224 wide, 4
 
