@@ -376,7 +376,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     k-block in flight. One H100, two runs, same-run A/B at the width the plan chose
     (docs/PERF.md (ap)): all six shapes of ``choose_gemm_pingpong`` (M 4096-16384, N 7168 /
     8192, K=1024) faster in both, +0.5..+3.5% and +1.7..+4.1% (16384 x 7168 x 1024 1.14x ->
-    1.19x cuBLAS in the second). Ping-pong forced elsewhere (1-CTA, other widths, longer K)
+    1.19x cuBLAS in the second); a third run tied (-0.8..+0.7%, within that run's 2% spread
+    of one kernel under two names). Ping-pong forced elsewhere (1-CTA, other widths, longer K)
     was not timed at five stages and keeps four.
 
     The fused op: the ring's depth lets a lane's MMA warps start its next tile while the
