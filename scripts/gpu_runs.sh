@@ -53,8 +53,8 @@
 #           512-16384, where two runs disagreed) the default against stages4 and c1+stages4,
 #           five interleaved blocks a shape
 #   pp-stages  (1 GPU) the ping-pong rule's shapes (M 4096-16384, N 7168 / 8192, K=1024):
-#           the default (176 / 192 wide, 4 stages, a whole-tile ring) against 5 stages behind
-#           a short ring at both widths (c2+bnW+pp+stages5) and the other width at 4
+#           the default (176 / 192 wide, 5 stages behind a short ring since (ap)) against
+#           both widths at the kernel's 4 (c2+bnW+pp) and at 5 (c2+bnW+pp+stages5)
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
