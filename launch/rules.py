@@ -368,8 +368,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     alone stores by TMA (``tma_store``) at those widths and a plan depth K <= 1024 (timed on
     bf16; fp16 moves the same bytes at the same MMA rate, and an fp8 call plans as bf16 at
     half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) on 2x1
-    clusters 176 or 192 wide at K <= 1024 (``choose_gemm_pingpong``'s plans); else 0 (the kernel's own: 3 mainloop stages with a whole-tile sub-tile ring, 4 for
-    ping-pong).
+    clusters 176 or 192 wide at K <= 1024 (``choose_gemm_pingpong``'s plans); else 0 (the
+    kernel's own: 3 mainloop stages with a whole-tile sub-tile ring, 4 for ping-pong).
 
     Ping-pong at five stages: the ring then holds less than a tile, which the store warp's
     slot-by-slot hand-back (below) makes cheap, and the two warp groups' mainloops get a fifth
