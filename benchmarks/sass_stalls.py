@@ -5,14 +5,15 @@ what the instruction is doing (a stage wait, a wgmma wait, the epilogue, ...).
         --set full --import-source yes -o REP \\
         python3 scripts/gemm_one_gpu.py --columns default --shapes 2048,7168,1024 --iters 1 --blocks 1
     ncu -i REP.ncu-rep --page source --csv --print-source sass > src.csv
-    python3 benchmarks/sass_stalls.py src.csv [--top 20]
+    python3 benchmarks/sass_stalls.py src.csv [--top 20] [--context 8]
 
 A wait on an mbarrier is a ``SYNCS.PHASECHK.TRANS64.TRYWAIT`` followed by a predicated branch
 back to it: the samples of that loop count as the wait (``mbarrier wait``). Samples are per
 warp, so every role shows (the producer's empty-stage waits, an idle warp's sleep): an
 instruction's executed count tells roles apart (the MMA warps run the mainloop's wgmma
 ``k_blocks x tiles`` times). How docs/PERF.md (ao) found the GEMM alone's mainloop waiting
-on k-blocks, not on its epilogue.
+on k-blocks, not on its epilogue. ``--context N`` prints the N instructions before each of
+the top ones: a ``long_sb`` wait names no load, the lines above it do.
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv", help="ncu --page source --csv --print-source sass output")
     p.add_argument("--top", type=int, default=15, help="instructions with the most samples")
+    p.add_argument("--context", type=int, default=0, metavar="N",
+                   help="print the N instructions before each of the top ones")
     a = p.parse_args(argv)
     rows = read_rows(a.csv)
     if not rows:
@@ -92,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     for cat, n in categorize(rows).most_common():
         print(f"  {cat:20s} {n:7d}  {100 * n / max(total, 1):5.1f}%")
     print(f"top {a.top} instructions (samples, executed, main stall reasons):")
-    for r in sorted(rows, key=lambda r: -r["samples"])[:a.top]:
+    for i in sorted(range(len(rows)), key=lambda i: -rows[i]["samples"])[:a.top]:
+        r = rows[i]
         why = ", ".join(f"{k} {v}" for k, v in Counter(r["stalls"]).most_common(2) if v)
         print(f"  {r['samples']:6d} {r['executed']:7d}  {r['src'][:56]:56s} {why}")
+        for c in rows[max(0, i - a.context):i]:
+            print(f"         {c['addr']:>8s} {c['executed']:7d}  {c['src'][:72]}")
     return 0
 
 

@@ -61,7 +61,8 @@
 #           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
 #   profile  (1 GPU) Nsight Compute's SASS source page of the GEMM alone's default plan at
 #           2048 x 7168 x 1024 and 512 x 7168 x 1024 (the grid's two lowest), summed by
-#           benchmarks/sass_stalls.py: profile_*.txt, src_*.csv
+#           benchmarks/sass_stalls.py (the top 20 with the 8 instructions before each):
+#           profile_*.txt, the source pages in src_pages.tar.xz
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -204,9 +205,12 @@ for s in "$@"; do
           --launch-count 1 --set full --import-source yes -o "$out/rep_$n" -f \
           $G1 --columns default --shapes "$shp" --iters 1 --blocks 1
         ncu -i "$out/rep_$n.ncu-rep" --page source --csv --print-source sass > "$out/src_$n.csv"
-        python3 benchmarks/sass_stalls.py "$out/src_$n.csv" > "$out/profile_$n.txt" 2>&1
+        python3 benchmarks/sass_stalls.py "$out/src_$n.csv" --top 20 --context 8 \
+          > "$out/profile_$n.txt" 2>&1
         rm -f "$out/rep_$n.ncu-rep"
-      done ;;
+      done
+      # a device call returns at most 8 files: the source pages travel as one
+      (cd "$out" && tar cJf src_pages.tar.xz src_*.csv && rm -f src_*.csv) ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

@@ -40,6 +40,19 @@ def test_categories_and_top(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "52 warp samples" in out and "mbarrier wait" in out
     assert out.index("@!P0  BRA 0x100") < out.index("WARPGROUP.DEPBAR")  # most samples first
+    assert "R2UR" not in out  # no context unless asked
+
+
+def test_context_lines_precede_each_top_instruction(tmp_path, capsys):
+    path = _csv(tmp_path, [
+        ("0x0", "LDG.E.64 R2, desc[UR4][R4.64]", 0, 4, 0, 0, 0),
+        ("0x10", "R2UR UR18, R2", 1, 4, 0, 0, 0),
+        ("0x20", "UISETP.NE.U32.AND UP0, UPT, UR18, 0x6, UPT", 9, 4, 9, 0, 0),
+    ])
+    assert sass_stalls.main([path, "--top", "1", "--context", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    top = next(i for i, line in enumerate(out) if "UISETP" in line)
+    assert "LDG.E.64" in out[top + 1] and "R2UR" in out[top + 2] and "0x0" in out[top + 1]
 
 
 def test_no_rows_is_an_error(tmp_path, capsys):
