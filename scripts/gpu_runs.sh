@@ -59,6 +59,10 @@
 #           (M 1536-3072, N 7168 / 8192, K 1024 / 4096 / 9216; at 2048 x 7168 it won in three
 #           sessions by ~2%): the default plans against 2x1-cluster ping-pong 176 / 192 wide at
 #           five stages, for a rule on the ratio of their lane costs
+#   pp-rule  (1 GPU) every K=1024 shape of M 1280-8192, N 2880 / 5120 / 7168 / 8192 whose
+#           plan ``choose_gemm_pingpong``'s lane-cost rule (aq) moved, and the two it left
+#           cooperative at a ratio near its bound (1536 x 7168, 2560 x 8192): the default plans
+#           against the cooperative plan (pp0) and 2x1-cluster ping-pong 192 wide at 5 stages
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -96,7 +100,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -202,6 +206,12 @@ for s in "$@"; do
       gemm_step pp_mid 420 \
         --columns default,c2+bn176+pp+stages5,c2+bn192+pp+stages5 \
         --shuffle 14 --shapes "$(shapes "1536 2048 2560 3072" "7168 8192")" ;;
+    pp-rule)
+      gemm_step pp_rule 420 --columns default,pp0,c2+bn192+pp+stages5 --shuffle 15 \
+        --shapes "$(shapes "2816 3072 3584 5120" 2880 1024);$(shapes \
+          "1536 1792 2048 2304 2560 2816 3072 3584 4096 8192" 5120 1024);$(shapes \
+          "1280 1536 2048 2560 2816 3072" 7168 1024);$(shapes \
+          "1280 1536 1792 2304 2560 2816 3072 3584 5120" 8192 1024)" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;

@@ -273,19 +273,20 @@ def test_default_stages_gemm_tma_store(M, N, K, want):
 
 def test_gemm_stages_rule_for_every_dtype():
     """``resolve`` gives the GEMM alone's short-ring rule to every dtype at the same plan:
-    fp16 at 2048 x 7168 x 1024 as bf16, fp8 at depth 2048 (the bf16 plan of depth 1024),
-    and none to fp8 at depth 4096 (plan depth 2048)."""
+    fp16 at 2048 x 7168 x 1024, fp8 at depth 2048 (the bf16 plan of depth 1024), and none to
+    fp8 at depth 4096 (plan depth 2048). bf16 runs ping-pong there since (aq), at 5 stages
+    (``choose_gemm_pingpong`` is bf16's alone)."""
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     hw = Hardware("sm_90a", 132, 132)
     got = {(name, K): resolve_variant(Shape(2048, 7168, K, "gemm"), hw, 2, "unicast", d).stages
            for name, K, d in (("bf16", 1024, Dtypes()), ("f16", 1024, Dtypes("f16")),
                               ("e4m3", 2048, Dtypes("bf16", "e4m3")),
                               ("e4m3", 4096, Dtypes("bf16", "e4m3")))}
-    assert got == {("bf16", 1024): 4, ("f16", 1024): 4, ("e4m3", 2048): 4, ("e4m3", 4096): 0}
+    assert got == {("bf16", 1024): 5, ("f16", 1024): 4, ("e4m3", 2048): 4, ("e4m3", 4096): 0}
 
 
 def test_pingpong_plans_take_five_stages():
-    """The plain GEMM's ping-pong plans (``choose_gemm_pingpong``: K <= 1024, M >= 4096)
+    """The plain GEMM's ping-pong plans (``choose_gemm_pingpong``, K <= 1024) 176 / 192 wide
     run 5 mainloop stages behind the short ring, as does ping-pong forced on those plans
     (fp16 too: the fill rules are bf16's); ping-pong forced where five stages were not timed
     (K=4096, 128 wide, 1-CTA) keeps the kernel's 4."""
@@ -306,7 +307,9 @@ def test_pingpong_plans_take_five_stages():
     assert knobs(4096, 7168, 1024, pingpong=True, bn=128)[:2] == (1, 0)
     assert knobs(4096, 7168, 1024, pingpong=True, bn=192, cta_group=1)[:2] == (1, 0)
     assert knobs(4096, 7168, 1024, tma_store=False)[0] == 0
-    assert knobs(2048, 7168, 1024)[:2] == (0, 4)  # below the ping-pong rule: 224 wide, 4
+    assert knobs(2048, 7168, 1024)[:2] == (1, 5)  # ping-pong from 3 tiles a lane (aq)
+    assert knobs(2048, 7168, 1024, Dtypes("f16"))[:2] == (0, 4)  # bf16's rule only
+    assert knobs(1024, 7168, 1024)[:2] == (0, 4)  # 2 tiles a lane: 224 wide, 4
 
 
 def test_default_stages_only_where_measured():
@@ -397,13 +400,14 @@ def test_lean_exit_knob(variants):
 
 def test_pingpong_knob(variants):
     """``Tuning.pingpong``: None leaves it to ``choose_gemm_pingpong`` (the GEMM alone at
-    K <= 1024 from M=4096; never fused), False turns it off; forced, it reaches the variant
+    K <= 1024 with 3+ tiles a lane; never fused), False turns it off; forced, it reaches the variant
     where the plan's width fits (192 on the GEMM alone, 160 fused), turns the split-K tail
     off in the plan, and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
     for M, K, mode, want in ((4096, 1024, "gemm", 1), (4096, 9216, "gemm", 0),
-                             (2048, 1024, "gemm", 0), (4096, 1024, "rs", 0)):
+                             (2048, 1024, "gemm", 1), (1024, 1024, "gemm", 0),
+                             (4096, 1024, "rs", 0)):
         plan, _ = op._plan_and_kernel(M, K, mode)
         assert variants[-1].pingpong == want == plan.pingpong, (M, K, mode)
         if want:
