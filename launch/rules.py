@@ -11,7 +11,7 @@ shapes it moved.
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
-| ``choose_gemm_pingpong`` / ``PINGPONG_GAIN`` | sm90 plain GEMM (bf16), K <= 1024, 3+ tiles a lane, lane cost <= 1.10x the cooperative plan's | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
+| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024, 3+ tiles a lane, modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -238,32 +238,40 @@ def choose_gemm_partial_width(K: int) -> bool:
 def choose_gemm_pingpong(K: int, pingpong: TilePlan, cooperative: TilePlan) -> bool:
     """Whether the plain sm90 GEMM (bf16, nothing forced) runs ``pingpong`` (2x1 clusters,
     ping-pong MMA warp groups, the width of least ``lane_cost`` among ``PINGPONG_NS``) in
-    place of ``cooperative``, the plan the other rules chose: at K <= 1024, where a lane has
-    at least ``PINGPONG_MIN_ROUNDS`` tiles and the ping-pong plan's lane cost is at most
-    ``PINGPONG_GAIN`` times the cooperative plan's.
+    place of ``cooperative``, the plan the other rules chose: at K <= 1024 where a lane has
+    at least ``PINGPONG_MIN_ROUNDS`` tiles and the ping-pong plan's modelled time is the
+    lower.
 
-    Each warp group computes whole tiles by turns, so one tile's epilogue runs under the
-    other's mainloop. In the cooperative kernel the epilogue and the step to the next tile
-    take 11% of a tile at K=1024 (docs/PERF.md (v): 1.8k of 16.5k cycles), so ping-pong is
-    worth about that much against the rounds its narrower tiles (at most 192 wide) add;
-    at K=4096 the epilogue is 4% of a tile and the runs disagree.
+    The model: a cooperative tile costs its lane cost plus ``PINGPONG_EPILOGUE`` of it (the
+    two warp groups convert, store and hand the tile over while the tensor pipes idle); in
+    ping-pong each warp group computes whole tiles by turns, so one tile's epilogue runs
+    under the other group's mainloop and only a lane's last one shows: over r tiles a lane,
+    ``lane_cost(pp) * (1 + e / r) <= lane_cost(coop) * (1 + e)``. Ping-pong's tiles are at
+    most 192 wide, so it wins where its extra rounds cost less than the hidden epilogues.
+    (v) measured the epilogue and the step to the next tile at 11% of a 224-wide tile at
+    K=1024 (4% at K=4096, where the runs disagree: no rule there); e = 0.14 puts the bound
+    between the shapes below (a lane-cost ratio 1.109 at 4 tiles a lane lost, 1.113 at 7+
+    won).
 
-    One H100, same-run A/B against the cooperative plans (docs/PERF.md (ai), (aq)):
-    - M 4096-16384, N 7168 / 8192 (lane-cost ratio 1.04-1.09): +2.3..+15% at all six
-      shapes;
-    - M 1536-3072 (aq): ratio <= 1.06 at 2048 x 7168 (+2.0%), 2560 / 3072 x 7168 (+3.3%,
-      +5.0%), 1536 / 3072 x 8192 (+6.8%, +5.5%); ratio 1.109-1.124 at 1536 x 7168 (-3.5%),
-      2048 x 8192 (-0.9%); the one miss, 2560 x 8192 at 1.113, +1.8%;
+    Same-run A/B against the cooperative plans, K=1024 (docs/PERF.md (ai), (aq)):
+    - one H100, M 4096-16384, N 7168 / 8192 (ratio 1.04-1.09): +2.3..+15% at all six;
+    - one H100, M 1536-3072, N 7168 / 8192: all eight outcomes as modelled (2048 x 7168
+      +2.0%, 3072 x 7168 +5.0%, 1536 x 8192 +6.8%; 1536 x 7168 at 4 tiles and ratio 1.109
+      -3.5%, 2048 x 8192 at 6 and 1.124 -0.9%, 2560 x 8192 at 7 and 1.113 +1.8%);
+    - one H200, every moved shape of M 1280-8192, N 2880 / 5120 / 7168 / 8192: 23 moved to
+      ping-pong, all faster (+2.5..+30%, geomean +7.4%); four at ratio 1.113 with 7-14
+      tiles a lane +1.9..+3.4% in ping-pong; 2048 x 8192 +2.4% (the H100's -0.9%: a tie);
     - M 512-1024 (one or two tiles a lane, ratio 1.12-1.21): -5..-35%."""
-    if K > 1024 or pingpong.rounds - pingpong.lag < PINGPONG_MIN_ROUNDS:
+    tiles = pingpong.rounds - pingpong.lag
+    if K > 1024 or tiles < PINGPONG_MIN_ROUNDS:
         return False
-    return lane_cost(pingpong) <= PINGPONG_GAIN * lane_cost(cooperative)
+    return (lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE / tiles)
+            <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE))
 
 
-# ``choose_gemm_pingpong``: the lane-cost ratio up to which ping-pong's hidden epilogue
-# (11% of a tile at K=1024) outweighs its narrower tiles' extra rounds, and the tiles a lane
-# needs for one group's epilogue to run under the other's mainloop (docs/PERF.md (aq))
-PINGPONG_GAIN = 1.10
+# ``choose_gemm_pingpong``: a cooperative tile's epilogue as a share of its lane cost at
+# K <= 1024, and the tiles a lane needs before ping-pong was measured (docs/PERF.md (aq))
+PINGPONG_EPILOGUE = 0.14
 PINGPONG_MIN_ROUNDS = 3
 
 

@@ -63,6 +63,9 @@
 #           plan ``choose_gemm_pingpong``'s lane-cost rule (aq) moved, and the two it left
 #           cooperative at a ratio near its bound (1536 x 7168, 2560 x 8192): the default plans
 #           against the cooperative plan (pp0) and 2x1-cluster ping-pong 192 wide at 5 stages
+#   pp-coop  (1 GPU) shapes past M=4096 the rule (aq) moved back to the cooperative plan
+#           (lane-cost ratio 1.12-1.19): the default against the ping-pong plans they ran
+#           before (192 wide at 5 stages; 160 at 4992 x 5120)
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -100,7 +103,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -212,6 +215,10 @@ for s in "$@"; do
           "1536 1792 2048 2304 2560 2816 3072 3584 4096 8192" 5120 1024);$(shapes \
           "1280 1536 2048 2560 2816 3072" 7168 1024);$(shapes \
           "1280 1536 1792 2304 2560 2816 3072 3584 5120" 8192 1024)" ;;
+    pp-coop)
+      gemm_step pp_coop 300 --columns default,c2+bn192+pp+stages5,c2+bn160+pp --shuffle 16 \
+        --shapes "6016,2880,1024;4992,5120,1024;5824,5120,1024;7552,5120,1024;4160,7168,1024;$(
+          )5312,7168,1024;4224,8192,1024;4736,8192,1024" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;

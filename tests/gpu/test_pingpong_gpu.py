@@ -54,9 +54,9 @@ def test_gemm_only_pingpong_short_ring(comm, M, N, K, bn, stages):
                                  (1300, 8192), (2000, 5120), (3000, 2880)])
 def test_gemm_only_default_pingpong_plan(comm, M, N):
     """The plan the op runs by default at K=1024 where ``choose_gemm_pingpong`` takes
-    ping-pong (3+ tiles a lane, its lane cost within ``PINGPONG_GAIN`` of the cooperative
-    plan's; 5 mainloop stages at 176 / 192 wide, ``default_stages``; partial last tile rows
-    and columns too) against the cooperative kernel at the same width."""
+    ping-pong (3+ tiles a lane, its modelled time below the cooperative plan's; 5 mainloop
+    stages at 176 / 192 wide, ``default_stages``; partial last tile rows and columns too)
+    against the cooperative kernel at the same width."""
     op = get_op(comm, N, False)
     v = op.variant(M, 1024, "gemm")
     assert v.pingpong and v.cta_group == 2, v.describe()
