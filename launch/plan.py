@@ -79,7 +79,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if (mode == "gemm" and pingpong is None and sk is None and band is None
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
         pp = _gemm_pingpong(M, N, K, world, sm_count, pair_ctas)
-        if pp is not None and choose_gemm_pingpong(K, pp, make_plan(
+        if pp is not None and choose_gemm_pingpong(M, K, pp, make_plan(
                 M, N, K, world, sm_count, mode, arch=arch, pair_ctas=pair_ctas,
                 push_all=push_all, flat=flat, split_row=split_row, bm=bm, fine=fine,
                 x_box=x_box)):

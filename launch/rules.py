@@ -11,7 +11,7 @@ shapes it moved.
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
-| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024, 3+ tiles a lane, modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
+| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -235,42 +235,47 @@ def choose_gemm_partial_width(K: int) -> bool:
     return K > 1024
 
 
-def choose_gemm_pingpong(K: int, pingpong: TilePlan, cooperative: TilePlan) -> bool:
+def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePlan) -> bool:
     """Whether the plain sm90 GEMM (bf16, nothing forced) runs ``pingpong`` (2x1 clusters,
     ping-pong MMA warp groups, the width of least ``lane_cost`` among ``PINGPONG_NS``) in
-    place of ``cooperative``, the plan the other rules chose: at K <= 1024 where a lane has
-    at least ``PINGPONG_MIN_ROUNDS`` tiles and the ping-pong plan's modelled time is the
-    lower.
+    place of ``cooperative``, the plan the other rules chose: at K <= 1024, from M=4096
+    always, and below it where a lane has at least ``PINGPONG_MIN_ROUNDS`` tiles and the
+    ping-pong plan's modelled time is the lower.
 
-    The model: a cooperative tile costs its lane cost plus ``PINGPONG_EPILOGUE`` of it (the
-    two warp groups convert, store and hand the tile over while the tensor pipes idle); in
-    ping-pong each warp group computes whole tiles by turns, so one tile's epilogue runs
-    under the other group's mainloop and only a lane's last one shows: over r tiles a lane,
-    ``lane_cost(pp) * (1 + e / r) <= lane_cost(coop) * (1 + e)``. Ping-pong's tiles are at
-    most 192 wide, so it wins where its extra rounds cost less than the hidden epilogues.
-    (v) measured the epilogue and the step to the next tile at 11% of a 224-wide tile at
-    K=1024 (4% at K=4096, where the runs disagree: no rule there); e = 0.14 puts the bound
-    between the shapes below (a lane-cost ratio 1.109 at 4 tiles a lane lost, 1.113 at 7+
-    won).
+    Each warp group computes whole tiles by turns, so one tile's epilogue runs under the
+    other group's mainloop; ping-pong's tiles are at most 192 wide, so it wins where the
+    hidden epilogues outweigh the rounds its narrower tiles add. The model: a cooperative
+    tile costs its lane cost plus ``PINGPONG_EPILOGUE`` of it (the two warp groups convert,
+    store and hand the tile over while the tensor pipes idle; (v) measured that and the
+    step to the next tile at 11% of a 224-wide tile at K=1024); in ping-pong only a lane's
+    last epilogue shows: over r tiles a lane, ``lane_cost(pp) * (1 + e / r) <=
+    lane_cost(coop) * (1 + e)``. e = 0.14 puts the bound between 1536 x 7168 (ratio 1.109
+    at 4 tiles: lost) and 2560 x 8192 (1.113 at 7: won). From M=4096 the model is not
+    enough: ping-pong won there at ratios up to 1.15 (many tiles a lane, against 1-CTA
+    cooperative plans), so (ai)'s measured bound stands. At K=4096 the epilogue is 4% of a
+    tile and the runs disagree: no rule there.
 
     Same-run A/B against the cooperative plans, K=1024 (docs/PERF.md (ai), (aq)):
-    - one H100, M 4096-16384, N 7168 / 8192 (ratio 1.04-1.09): +2.3..+15% at all six;
-    - one H100, M 1536-3072, N 7168 / 8192: all eight outcomes as modelled (2048 x 7168
-      +2.0%, 3072 x 7168 +5.0%, 1536 x 8192 +6.8%; 1536 x 7168 at 4 tiles and ratio 1.109
-      -3.5%, 2048 x 8192 at 6 and 1.124 -0.9%, 2560 x 8192 at 7 and 1.113 +1.8%);
-    - one H200, every moved shape of M 1280-8192, N 2880 / 5120 / 7168 / 8192: 23 moved to
-      ping-pong, all faster (+2.5..+30%, geomean +7.4%); four at ratio 1.113 with 7-14
-      tiles a lane +1.9..+3.4% in ping-pong; 2048 x 8192 +2.4% (the H100's -0.9%: a tie);
+    - M 4096-16384, N 7168 / 8192 (one H100): +2.3..+15% at all six shapes; M 4160-7552
+      off the grid, N 2880-8192 (ratio 1.12-1.19, one H100): ping-pong faster at six of
+      eight (+0.2..+12%), 1.6% slower at 4224 x 8192;
+    - below M=4096, every shape of M 1280-3584 the model moves (24, N 2880 / 5120 / 7168 /
+      8192): faster in both runs (one H200: +1.9..+30%, geomean +7.4%; one H100: +1.7..+42%),
+      and 1536 x 7168, which it keeps cooperative, faster cooperative in three runs
+      (+1..+5%);
     - M 512-1024 (one or two tiles a lane, ratio 1.12-1.21): -5..-35%."""
-    tiles = pingpong.rounds - pingpong.lag
-    if K > 1024 or tiles < PINGPONG_MIN_ROUNDS:
+    if K > 1024:
         return False
-    return (lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE / tiles)
-            <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE))
+    if M >= 4096:
+        return True
+    tiles = pingpong.rounds - pingpong.lag
+    return tiles >= PINGPONG_MIN_ROUNDS and (
+        lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE / tiles)
+        <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE))
 
 
-# ``choose_gemm_pingpong``: a cooperative tile's epilogue as a share of its lane cost at
-# K <= 1024, and the tiles a lane needs before ping-pong was measured (docs/PERF.md (aq))
+# ``choose_gemm_pingpong`` below M=4096: a cooperative tile's epilogue as a share of its
+# lane cost at K <= 1024, and the tiles a lane needs (fewer were not measured to win)
 PINGPONG_EPILOGUE = 0.14
 PINGPONG_MIN_ROUNDS = 3
 

@@ -79,14 +79,16 @@ def test_bn_choice_is_the_cheapest_last_wave():
 
 def test_gemm_pingpong_plans():
     """``choose_gemm_pingpong``: the plain GEMM at K <= 1024 runs the ping-pong plan (2x1
-    clusters, the width of least lane cost among PINGPONG_NS) exactly where a lane has 3+
-    of its tiles and its lane cost, with a cooperative tile's epilogue hidden under all but
-    a lane's last tile (PINGPONG_EPILOGUE), is below the plan the other rules chose; only where nothing else was forced and the caller lets the rule decide
-    (``pingpong=None``)."""
+    clusters, the width of least lane cost among PINGPONG_NS) from M=4096, and below it
+    exactly where a lane has 3+ of its tiles and its lane cost, with a cooperative tile's
+    epilogue hidden under all but a lane's last tile (PINGPONG_EPILOGUE), is below the plan
+    the other rules chose; only where nothing else was forced and the caller lets the rule
+    decide (``pingpong=None``)."""
     from launch.plan import _gemm_pingpong
     from launch.rules import PINGPONG_EPILOGUE, PINGPONG_MIN_ROUNDS, PINGPONG_NS, lane_cost
     chosen = set()
-    for M, N in itertools.product((512, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 8192, 16384),
+    for M, N in itertools.product((512, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 4160, 6016,
+                                   8192, 16384),
                                   (7168, 8192, 2880, 5120)):
         p = make_plan(M, N, 1024, 2, 132, "gemm", pingpong=None)
         coop = make_plan(M, N, 1024, 2, 132, "gemm")  # pingpong=False: the other rules
@@ -96,8 +98,8 @@ def test_gemm_pingpong_plans():
         assert lane_cost(pp) == min(lane_cost(make_plan(M, N, 1024, 2, 132, "gemm", bn=b,
                                                         cta_group=2)) for b in PINGPONG_NS)
         e = PINGPONG_EPILOGUE
-        want = (pp.rounds >= PINGPONG_MIN_ROUNDS
-                and lane_cost(pp) * (1 + e / pp.rounds) <= lane_cost(coop) * (1 + e))
+        want = M >= 4096 or (pp.rounds >= PINGPONG_MIN_ROUNDS
+                             and lane_cost(pp) * (1 + e / pp.rounds) <= lane_cost(coop) * (1 + e))
         assert p == (pp if want else coop), (M, N)
         if want:
             chosen.add((M, N))
