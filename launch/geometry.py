@@ -119,7 +119,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 BM = 128
-# Tile rows: 128, or 64 for the plain sm90 GEMM on 1-CTA tiles (one MMA warp group)
+# Tile rows: 128, or 64 for the plain sm90 GEMM (one MMA warp group; 1-CTA tiles or 2x1
+# clusters along M, the pair's two 64-row tiles sharing w's tile)
 TILE_MS = (64, 128)
 # Rows of x's box per k-block on a last tile row of at most that many rows, fewer than the
 # tile's (``Variant.x_rows``): whole 8-row atoms of the 128-byte swizzle
@@ -214,7 +215,7 @@ class TilePlan:
     split_row: bool = False  # RS round order: a tile row two owners share split between lists
     push_ctas: int = 0  # RS flat peers-first: CTAs past ``chunk`` that only push (push_plan)
     pingpong: bool = False  # plain GEMM: planned for ping-pong MMA warp groups (the rule's)
-    bm: int = BM  # rows of a tile (64: the plain sm90 GEMM on 1-CTA tiles)
+    bm: int = BM  # rows of a tile (64: the plain sm90 GEMM; 1-CTA or pairs along M)
 
     @property
     def sched_word(self) -> int:
@@ -476,13 +477,14 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
     """The plan of a chosen shape (width ``bn``, ``cta_group``, order): its tiles, lists,
     lanes and rounds (the module docstring); ValueError where the shape cannot run.
     ``pair_ctas``: CTAs resident at once as 2x1 clusters (None: every SM). ``bm`` 64:
-    64-row tiles, the plain sm90 GEMM on 1-CTA tiles only."""
+    64-row tiles, the plain sm90 GEMM on 1-CTA tiles or 2x1 clusters along M."""
     if bn not in TILE_NS:
         raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
     if bm not in TILE_MS:
         raise ValueError(f"BM must be one of {TILE_MS}, got {bm}")
-    if bm != BM and (mode != "gemm" or cta_group != 1 or arch in BLACKWELL):
-        raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles")
+    if bm != BM and (mode != "gemm" or pair_n or arch in BLACKWELL):
+        raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles or "
+                         "2x1 clusters along M")
     if arch in BLACKWELL and bn not in SM100_NS:
         raise ValueError(f"{arch} kernels run tiles {' or '.join(map(str, SM100_NS))} wide, "
                          f"not {bn}")
@@ -495,7 +497,7 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first)
+        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first, bm)
     tiles_m = ceil_div(M, bm)
     tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
@@ -544,11 +546,12 @@ def round_order(base: TilePlan, sm_count: int, lag: int | None) -> TilePlan:
 
 def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
               bn: int, lag: int | None = None, pair_n: bool = False,
-              peers_first: bool = False) -> TilePlan:
+              peers_first: bool = False, bm: int = BM) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
-    along N also the peers-first order, where ``pairs_whole``."""
-    tiles_m = ceil_div(M, BM)
+    along N also the peers-first order, where ``pairs_whole``. ``bm`` 64: the plain GEMM's
+    pairs of 64-row tiles along M."""
+    tiles_m = ceil_div(M, bm)
     tiles_n = ceil_div(N, bn)
     if pair_n and tiles_n % 2:
         raise ValueError(f"pairs along N need an even number of tile columns; N={N} has "
@@ -557,7 +560,8 @@ def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
                     padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n)
+                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n,
+                    bm=bm)
     clusters = max(1, sm_count // 2)
     if mode == "gemm":
         lanes = min(base.num_units, clusters)

@@ -66,11 +66,13 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     if rows64_rule:
         bm, bn = TILE_MS[0], ROWS64_BN
     if bm not in (None, BM):
-        if mode != "gemm" or arch in BLACKWELL or cta_group not in (None, 1) or pair_n:
-            raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles")
-        plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=1,
+        if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group == 2 and sk):
+            raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles "
+                             "or 2x1 clusters along M (without the split-K tail)")
+        g = cta_group or 1
+        plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=g,
                           pair_ctas=pair_ctas, lag=None, peers_first=False, bm=bm)
-        plan = replace(plan, band=choose_band(K, 1) if band is None else band)
+        plan = replace(plan, band=choose_band(K, g) if band is None else band)
         if rows64_rule and sk is None and band is None:
             split = with_sk(plan, arch)
             boxed = x_box and M < plan.bm

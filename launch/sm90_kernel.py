@@ -164,9 +164,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.bm = v.bm
         if self.bm not in TILE_MS:
             raise ValueError(f"BM must be one of {TILE_MS}, got {self.bm}")
-        if self.bm != BM and (mode != "gemm" or cta_group != 1 or self.pingpong or self.scaled):
-            raise ValueError("64-row tiles run the plain GEMM on 1-CTA tiles of bf16 / fp16 "
-                             "operands, without ping-pong")
+        if self.bm != BM and (mode != "gemm" or self.pair_n or self.pingpong or self.scaled):
+            raise ValueError("64-row tiles run the plain GEMM of bf16 / fp16 operands on 1-CTA "
+                             "tiles or 2x1 clusters along M, without ping-pong or pairs along N")
         self.x_rows = v.x_rows or self.bm
         if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or not has_x_box(
                 mode, v.pair_n, in_dtype, self.pingpong, v.arch)):

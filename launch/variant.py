@@ -79,7 +79,7 @@ class Variant:
     thread then holds BN accumulators: BN <= 192 on the GEMM alone with the TMA store
     (its first warp group needs few registers), BN <= 160 beside communication warps.
     ``bias`` (RS / AR): the exchange's sums add a bias of N elements (``CommWarps.bias``).
-    ``bm`` 64 (the plain GEMM on 1-CTA tiles, bf16 / fp16): 64-row tiles on one MMA warp
+    ``bm`` 64 (the plain GEMM on 1-CTA tiles or 2x1 clusters along M, bf16 / fp16): 64-row tiles on one MMA warp
     group (256 threads), for small M where 128-row tiles leave SMs idle or rows empty.
     ``x_rows`` (the plain GEMM of bf16 / fp16 operands on 1-CTA tiles or 2x1 clusters along
     M; 0: the tile's rows):

@@ -13,7 +13,7 @@ with the ratio torch.mm / column.
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
 ``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``bm64`` (64-row
-tiles on one MMA warp group; 1-CTA), ``sk`` (the split-K
+tiles on one MMA warp group; 1-CTA, or with ``c2`` pairs along M sharing w), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs, the plain GEMM's one round
 onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit

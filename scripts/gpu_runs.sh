@@ -66,6 +66,10 @@
 #   pp-coop  (1 GPU) shapes past M=4096 the rule (aq) moved back to the cooperative plan
 #           (lane-cost ratio 1.12-1.19): the default against the ping-pong plans they ran
 #           before (192 wide at 5 stages; 160 at 4992 x 5120)
+#   rows64-pairs  (1 GPU) 64-row tiles on 2x1 clusters along M sharing w's tile (cuBLAS's form
+#           at 128 x 7168: 64 x 112 tiles, 1x2 clusters, 9 stages) at M 64-256, N 2880 / 5120 /
+#           7168 / 8192, K 1024 / 4096 / 9216: the default plans against bm64+c2 at 64 / 112 /
+#           128 wide
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -103,7 +107,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -219,6 +223,9 @@ for s in "$@"; do
       gemm_step pp_coop 300 --columns default,c2+bn192+pp+stages5,c2+bn160+pp --shuffle 16 \
         --shapes "6016,2880,1024;4992,5120,1024;5824,5120,1024;7552,5120,1024;4160,7168,1024;$(
           )5312,7168,1024;4224,8192,1024;4736,8192,1024" ;;
+    rows64-pairs)
+      gemm_step rows64_pairs 420 --columns default,bm64+c2+bn64,bm64+c2+bn112,bm64+c2+bn128 \
+        --shuffle 17 --shapes "$(shapes "64 128 192 256" "2880 5120 7168 8192")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;

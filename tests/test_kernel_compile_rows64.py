@@ -1,8 +1,10 @@
 """64-row tiles (``Variant.bm`` 64, ``Tuning.bm``): the plain sm90 GEMM on one MMA warp group
-of 128 threads beside the producer / store warp group (256 threads). Here: they compile for
-sm_90a with a wgmma of 64 rows as wide as the tile, no spill or serialized wgmma; the kernel,
-the planner and the resolver refuse them wherever they have no form (fused ops, 2x1
-clusters, fp8, ping-pong, sm100) before anything compiles."""
+of 128 threads beside the producer / store warp group (256 threads), on 1-CTA tiles or 2x1
+clusters along M (the pair's two 64-row tiles share w's tile, each CTA loading half of it
+for both). Here: they compile for sm_90a with a wgmma of 64 rows as wide as the tile, no
+spill or serialized wgmma; the kernel, the planner and the resolver refuse them wherever
+they have no form (fused ops, pairs along N, fp8, ping-pong, sm100) before anything
+compiles."""
 from __future__ import annotations
 
 import pytest
@@ -23,6 +25,12 @@ ROWS64 = [
     # choose_gemm_split's default: 64-row tiles, one round cut along K, TMA stores
     Variant("sm_90a", 112, 2, "gemm", "unicast", push="tma", pdl=1, tma_store=1, sk=1, bm=64),
     Variant("sm_90a", 64, 2, "gemm", "unicast", push="tma", pdl=1, dtype="f16", bm=64),
+    # 2x1 clusters along M: w's tile multicast to both 64-row tiles (half of it each)
+    Variant("sm_90a", 112, 2, "gemm", "unicast", 2, push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", 2, push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 64, 2, "gemm", "unicast", 2, push="tma", pdl=1, tma_store=1, bm=64),
+    Variant("sm_90a", 112, 2, "gemm", "unicast", 2, push="tma", pdl=1, tma_store=1, bm=64,
+            x_rows=16),
 ]
 
 
@@ -42,11 +50,11 @@ def test_rows64_compile(ptx_of, v, tmp_path):
 
 @pytest.mark.parametrize("v", [
     Variant("sm_90a", 128, 2, "rs", "unicast", push="tma", bm=64),
-    Variant("sm_90a", 128, 2, "gemm", "unicast", 2, push="tma", bm=64),
+    Variant("sm_90a", 128, 2, "gemm", "unicast", 2, push="tma", pair_n=1, bm=64),
     Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", tma_store=1, pingpong=1, bm=64),
     Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", in_dtype="e4m3", bm=64),
     Variant("sm_90a", 128, 2, "gemm", "unicast", push="tma", bm=96),
-], ids=["rs", "c2", "pingpong", "fp8", "bm96"])
+], ids=["rs", "pairs-n", "pingpong", "fp8", "bm96"])
 def test_kernel_refuses(v):
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="BM|64-row"):
@@ -60,7 +68,11 @@ def test_plans_and_tuning():
     assert make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, bn=112).tiles_n == 64
     assert make_plan(200, 7168, 4096, 2, 132, "gemm").bm == 128
     assert make_plan(300, 7168, 4096, 2, 132, "gemm", bm=64, sk=True).sk > 1
-    for bad in ({"mode": "rs"}, {"cta_group": 2}, {"pair_n": True}, {"arch": "sm_100a"}):
+    pair = make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, cta_group=2, bn=112)
+    assert (pair.bm, pair.tiles_m, pair.cta_group, pair.num_units) == (64, 4, 2, 2 * 64)
+    assert (pair.grid, pair.rounds) == (132, 2)
+    for bad in ({"mode": "rs"}, {"cta_group": 2, "sk": True}, {"pair_n": True},
+                {"arch": "sm_100a"}):
         kw = {"mode": "gemm", **bad}
         mode = kw.pop("mode")
         with pytest.raises(ValueError, match="64-row"):

@@ -11,7 +11,10 @@ entries moved; their bodies, with the parameters renumbered, were identical to t
 ones on the 224-wide GEMM and the 256-wide RS on pairs); and on 2026-12-06 when the GEMM
 alone took 4 mainloop stages at 224 / 256 wide and K <= 1024 (``default_stages``, PERF.md
 (ao): the one entry it moves, 2048 x 7168 x 1024; the store warp's new slot hand-back sits
-in a branch only rings shorter than the tile compile, so the other 27 kept their PTX)."""
+in a branch only rings shorter than the tile compile, so the other 27 kept their PTX); and
+on 2026-12-06 again when ``choose_gemm_pingpong`` took that call below M=4096 to ping-pong
+176 wide at 5 stages (PERF.md (aq): the variant the rule already ran from M=4096; no kernel
+changed, the other 27 kept their PTX)."""
 from __future__ import annotations
 
 import dataclasses

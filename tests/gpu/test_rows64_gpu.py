@@ -1,7 +1,7 @@
 """64-row tiles (``Tuning.bm=64``): the plain GEMM on one MMA warp group, against float64 and
 bitwise against 128-row tiles of the same width (each output element sums K in the same
-order), with partial tile rows and columns, the TMA and thread stores, the split-K tail and
-fp16; refused on the fused op before any launch, the op still usable after.
+order), with partial tile rows and columns, the TMA and thread stores, 2x1 clusters along M
+(a pair of 64-row tiles sharing w's tile), the split-K tail and fp16; refused on the fused op before any launch, the op still usable after.
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_rows64_gpu.py
 """
@@ -34,6 +34,24 @@ def test_gemm_only_rows64(comm, M, K, N, bn, form):
         p = rows64.plan(M, K, mode="gemm")
         assert p.bm == 64 and p.tiles_m == -(-M // 64) and p.bn == bn
         check_gemm_only_bitwise(rows64, rows128, x, w)
+
+
+@pytest.mark.parametrize("bn", [64, 112, 128, 256])
+@pytest.mark.parametrize("N", [7168, 1000])
+@pytest.mark.parametrize("M,K", [(1, 64), (64, 1024), (100, 4096), (128, 1024), (129, 9216),
+                                 (256, 4096), (300, 1024), (1000, 4096)])
+def test_gemm_only_rows64_pairs(comm, M, K, N, bn):
+    """2x1 clusters of 64-row tiles along M (w's tile multicast to the pair, each CTA
+    loading half; an odd tile-row count leaves one pair's second tile a padding tile; x's
+    last-row box where M's last tile row holds 1-32 rows), bitwise against the 1-CTA
+    64-row tiles."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 11 + K + N + bn, op.rank, M, N, K, _dev())
+    with knobs(op, bm=64, bn=bn, cta_group=2) as pairs, \
+            knobs(op, bm=64, bn=bn, cta_group=1) as single:
+        p = pairs.plan(M, K, mode="gemm")
+        assert (p.bm, p.cta_group, p.tiles_m) == (64, 2, -(-M // 64))
+        check_gemm_only_bitwise(pairs, single, x, w)
 
 
 @pytest.mark.parametrize("M,K", [(300, 4096), (600, 9216), (300, 1024)])
