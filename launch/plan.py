@@ -15,7 +15,8 @@ from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_G
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
                     choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
-                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_split,
+                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_rows64_pairs,
+                    choose_gemm_split,
                     choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
 
@@ -52,9 +53,11 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     wherever ``can_split_row``. ``pingpong`` None: the plain GEMM nothing else was forced
     on runs ping-pong warp groups where ``choose_gemm_pingpong`` says so (``_gemm_pingpong``;
     the plan's ``pingpong`` tells the resolver); False: the other rules. ``bm`` 64: 64-row
-    tiles (the plain sm90 GEMM on 1-CTA tiles; ``launch.geometry.TILE_MS``), the width of
-    least ``lane_cost`` unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones
-    where ``choose_gemm_rows64`` says so for a plain GEMM nothing else was forced on.
+    tiles (the plain sm90 GEMM on 1-CTA tiles, or on 2x1 clusters along M where
+    ``cta_group`` is 2; ``launch.geometry.TILE_MS``), the width of least ``lane_cost``
+    unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones where
+    ``choose_gemm_rows64`` (1-CTA) or ``choose_gemm_rows64_pairs`` (2x1 clusters) says so
+    for a plain GEMM nothing else was forced on.
     ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``. ``x_box``: the
     kernel will load x in boxes of M rows where M is below the tile's (``choose_x_box``),
     which ``choose_gemm_split`` weighs."""
@@ -65,6 +68,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
                    and choose_gemm_rows64(M, N, sm_count))
     if rows64_rule:
         bm, bn = TILE_MS[0], ROWS64_BN
+    elif mode == "gemm" and bm is None and not sk and _sm90_unforced(arch, bn, cta_group, lag,
+                                                                    pair_n):
+        clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
+        pair_bn = choose_gemm_rows64_pairs(M, N, clusters)
+        if pair_bn:
+            bm, bn, cta_group = TILE_MS[0], pair_bn, 2
     if bm not in (None, BM):
         if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group == 2 and sk):
             raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles "

@@ -13,6 +13,7 @@ shapes it moved.
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
+| ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 filling one round | (aq) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
@@ -38,7 +39,7 @@ shapes it moved.
 """
 from __future__ import annotations
 
-from .geometry import BM, TilePlan, ceil_div
+from .geometry import BM, TILE_MS, TilePlan, ceil_div
 
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
@@ -292,6 +293,31 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
     0.66x -> 1.00x cuBLAS; 64 x 7168 x 4096: 0.78x -> 1.01x). At M=192 / 320 (an odd count
     of 64-row halves) they won with some widths and lost with others (-30%): no rule."""
     return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
+
+
+# The widths 64-row tiles on 2x1 clusters were timed at (``choose_gemm_rows64_pairs``)
+ROWS64_PAIR_NS = (64, 112, 128)
+
+
+def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
+    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 2x1
+    clusters along M, or None (the other rules): at 64 < M <= 128, the narrowest of
+    ``ROWS64_PAIR_NS`` whose tile columns fit one round of ``clusters``. The pair's two
+    64-row tiles share w's tile (each CTA loads half of it for both), so a 128-row unit of
+    x runs on two SMs where a 128-row tile ran on one: twice the SMs pull w at the same
+    bytes, and the narrowest width keeps the most of them busy. cuBLAS's form at 128 x 7168
+    (``nvjet ... 112x64 ... 1x2``: 64 x 112 tiles on 1x2 clusters, Nsight Compute,
+    docs/PERF.md (aq)).
+
+    One H100, against the default 64-wide 128-row 1-CTA plans (docs/PERF.md (aq)), M=128:
+    N=2880 (64 wide) +9 / +16 / +17% at K 1024 / 4096 / 9216 (0.81x -> 0.95x cuBLAS at
+    9216); N=5120 (112) -1 / +3 / +6%; N=7168 (112) and 8192 (128) +0..+1%. At M 192 / 256
+    (four 64-row tiles) they lost at most shapes (-10..-45%); at M=64 (a padding tile in
+    every pair) they tied or won at N 2880 / 5120 against ``choose_gemm_rows64``'s 1-CTA
+    plans: no rule there yet."""
+    if not TILE_MS[0] < M <= BM:
+        return None
+    return next((b for b in ROWS64_PAIR_NS if ceil_div(N, b) <= clusters), None)
 
 
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:

@@ -70,6 +70,9 @@
 #           at 128 x 7168: 64 x 112 tiles, 1x2 clusters, 9 stages) at M 64-256, N 2880 / 5120 /
 #           7168 / 8192, K 1024 / 4096 / 9216: the default plans against bm64+c2 at 64 / 112 /
 #           128 wide
+#   rows64-rule  (1 GPU) ``choose_gemm_rows64_pairs``' plans (M 80 / 100 / 128, N 2880 / 5120
+#           / 7168 / 8192, K 1024 / 4096 / 9216) against the 128-row plans they replaced
+#           (bm128), five interleaved blocks a shape
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -107,7 +110,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -226,6 +229,9 @@ for s in "$@"; do
     rows64-pairs)
       gemm_step rows64_pairs 420 --columns default,bm64+c2+bn64,bm64+c2+bn112,bm64+c2+bn128 \
         --shuffle 17 --shapes "$(shapes "64 128 192 256" "2880 5120 7168 8192")" ;;
+    rows64-rule)
+      gemm_step rows64_rule 420 --columns default,bm128 --shuffle 18 --blocks 5 \
+        --shapes "$(shapes "80 100 128" "2880 5120 7168 8192")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;

@@ -68,6 +68,24 @@ def test_plans_and_tuning():
     assert make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, bn=112).tiles_n == 64
     assert make_plan(200, 7168, 4096, 2, 132, "gemm").bm == 128
     assert make_plan(300, 7168, 4096, 2, 132, "gemm", bm=64, sk=True).sk > 1
+    # choose_gemm_rows64_pairs: 64 < M <= 128, the narrowest of 64 / 112 / 128 whose tile
+    # columns fit one round of 2x1 clusters; None where none does (N=10240) or outside M
+    from launch.rules import choose_gemm_rows64_pairs
+    for M, N, want in ((65, 2880, 64), (128, 2880, 64), (100, 5120, 112), (128, 7168, 112),
+                       (80, 8192, 128), (128, 10240, None), (64, 7168, None),
+                       (129, 7168, None)):
+        assert choose_gemm_rows64_pairs(M, N, 66) == want, (M, N)
+        p = make_plan(M, N, 4096, 2, 132, "gemm", bm=None)
+        if want:
+            assert (p.bm, p.bn, p.cta_group, p.band) == (64, want, 2, 8), (M, N)
+        else:
+            assert (p.bm, p.cta_group) != (64, 2), (M, N)
+    assert make_plan(128, 7168, 4096, 2, 132, "gemm", bm=None, cta_group=1).cta_group == 1
+    assert make_plan(128, 7168, 4096, 2, 132, "gemm", bm=128).bm == 128  # 128 asked for
+    # 50 clusters resident: 56 tile columns of 128 do not fit one round, the 1-CTA plan stays
+    p = make_plan(128, 7168, 4096, 2, 132, "gemm", bm=None, pair_ctas=100)
+    assert (p.bm, p.cta_group) == (128, 1)
+    assert make_plan(128, 5120, 4096, 2, 132, "gemm", bm=None, pair_ctas=100).bn == 112
     pair = make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, cta_group=2, bn=112)
     assert (pair.bm, pair.tiles_m, pair.cta_group, pair.num_units) == (64, 4, 2, 2 * 64)
     assert (pair.grid, pair.rounds) == (132, 2)

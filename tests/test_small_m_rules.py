@@ -43,8 +43,10 @@ def test_default_plans_follow_the_rules():
     assert not make_plan(128, 7168, 1024, 2, 132, "ar", push_all=None, bn=128).push_all
     assert not make_plan(128, 7168, 1024, 2, 132, "ar", push_all=None, peers_first=True).push_all
     assert not make_plan(128, 7168, 1024, 2, 132, "ar").push_all
-    g = make_plan(128, 7168, 1024, 2, 132, "gemm")
+    g = make_plan(128, 7168, 1024, 2, 132, "gemm", bm=128)  # 128-row tiles asked for
     assert g.bn == 64 and g.cta_group == 1 and g.grid == 112
+    g = make_plan(128, 7168, 1024, 2, 132, "gemm")  # choose_gemm_rows64_pairs
+    assert (g.bm, g.bn, g.cta_group, g.grid) == (64, 112, 2, 128)
     assert make_plan(256, 7168, 1024, 2, 132, "gemm").bn != 64
     assert make_plan(128, 7168, 1024, 2, 132, "gemm", bn=128).bn == 128
 
@@ -79,7 +81,7 @@ def test_op_defaults_launch_pdl_and_push_all(variants):
     plan, _ = op._plan_and_kernel(1024, 1024, "ar")
     assert not plan.push_all and variants[-1].push_all == 0 and variants[-1].pdl == 1
     plan, _ = op._plan_and_kernel(128, 1024, "gemm")
-    assert plan.bn == 64 and variants[-1].pdl == 1
+    assert plan.bm == 64 and plan.cta_group == 2 and variants[-1].pdl == 1
 
 
 def test_op_defaults_prefetch_where_reductions_run(variants):
@@ -454,8 +456,10 @@ def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
         assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))[0].cta_group == 1
         assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast",
                        tuning=Tuning(cta_group=1))[0].cta_group == 1
-    elif K <= 1024:
+    elif K <= 1024 and M > 128:
         assert plan.cta_group == 1
+    elif K <= 1024:  # one tile row: 64-row tiles paired (choose_gemm_rows64_pairs)
+        assert (plan.bm, plan.cta_group) == (64, 2)
     for mode in ("rs", "ar"):
         assert resolve(Shape(M, N, K, mode), hw, 2, "unicast")[0] == \
             make_plan(M, N, K, 2, 132, mode, push_all=None)

@@ -54,6 +54,20 @@ def test_gemm_only_rows64_pairs(comm, M, K, N, bn):
         check_gemm_only_bitwise(pairs, single, x, w)
 
 
+@pytest.mark.parametrize("N", [2880, 5120, 7168, 8192])
+@pytest.mark.parametrize("M,K", [(65, 1024), (80, 4096), (100, 9216), (128, 1024), (128, 4096)])
+def test_default_rule_rows64_pairs(comm, M, K, N):
+    """``choose_gemm_rows64_pairs``: what the GEMM alone runs by default at 64 < M <= 128
+    (64-row tiles on 2x1 clusters along M, 64 / 112 / 128 wide; x's box on a last tile row
+    of 1-32 rows), bitwise against the 1-CTA 64-row tiles of its width."""
+    op = get_op(comm, N, False)
+    p = op.plan(M, K, mode="gemm")
+    assert (p.bm, p.cta_group) == (64, 2) and p.bn in (64, 112, 128), p
+    x, w = rank_inputs(M * 19 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, bm=64, bn=p.bn, cta_group=1) as single:
+        check_gemm_only_bitwise(op, single, x, w)
+
+
 @pytest.mark.parametrize("M,K", [(300, 4096), (600, 9216), (300, 1024)])
 def test_split_k_tail_rows64(comm, M, K):
     op = get_op(comm, 7168, False)
