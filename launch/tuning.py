@@ -76,7 +76,8 @@ class Tuning:
 
     ``bn`` takes 112 / 144 / 176 / 208 on sm90 only (16-column sub-tiles). ``bm`` 64:
     64-row tiles on one MMA warp group, for the plain sm90 GEMM (``gemm_only``) of bf16 /
-    fp16 operands on 1-CTA tiles; the fused op refuses it.
+    fp16 operands on 1-CTA tiles or (``cta_group=2``) 2x1 clusters along M; the fused op
+    refuses it.
     ``pingpong``: ping-pong MMA warp groups; None: the bf16 GEMM alone takes them where
     ``launch.rules.choose_gemm_pingpong`` does (one GPU measures it), the fused op never.
 
