@@ -261,9 +261,9 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
       off the grid, N 2880-8192 (ratio 1.12-1.19, one H100): ping-pong faster at six of
       eight (+0.2..+12%), 1.6% slower at 4224 x 8192;
     - below M=4096, every shape of M 1280-3584 the model moves (24, N 2880 / 5120 / 7168 /
-      8192): faster in both runs (one H200: +1.9..+30%, geomean +7.4%; one H100: +1.7..+42%),
-      and 1536 x 7168, which it keeps cooperative, faster cooperative in three runs
-      (+1..+5%);
+      8192): faster in both runs (one H200: +1.9..+30%, geomean +9.1%; one H100:
+      +1.9..+38%, +12.0%), and 1536 x 7168, which it keeps cooperative, faster cooperative
+      in three runs (+1..+5%);
     - M 512-1024 (one or two tiles a lane, ratio 1.12-1.21): -5..-35%."""
     if K > 1024:
         return False
@@ -311,7 +311,9 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
 
     One H100, against the default 64-wide 128-row 1-CTA plans (docs/PERF.md (aq)), M=128:
     N=2880 (64 wide) +9 / +16 / +17% at K 1024 / 4096 / 9216 (0.81x -> 0.95x cuBLAS at
-    9216); N=5120 (112) -1 / +3 / +6%; N=7168 (112) and 8192 (128) +0..+1%. At M 192 / 256
+    9216); N=5120 (112) -1 / +3 / +6%; N=7168 (112) and 8192 (128) +0..+1%. A second run,
+    five interleaved blocks, against the 128-row plans at M 80 / 100 / 128 (36 shapes):
+    M=128 +4.8% (-0.3..+19%), M 80 / 100 +20% (+6..+50%). At M 192 / 256
     (four 64-row tiles) they lost at most shapes (-10..-45%); at M=64 (a padding tile in
     every pair) they tied or won at N 2880 / 5120 against ``choose_gemm_rows64``'s 1-CTA
     plans: no rule there yet."""
