@@ -88,7 +88,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     pingpong = bool(plan.pingpong if t.pingpong is None else t.pingpong)
     if pingpong:
         why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(dtypes.operands),
-                               bool(plan.sk), bool(trace), bool(t.push_ctas))
+                               bool(plan.sk), bool(trace), plan.push_ctas > 0)
         if why:
             raise RsarValueError(f"Tuning.pingpong: {why} (the plan of M={shape.M}; "
                                  f"Tuning.bn picks the width)")

@@ -43,6 +43,7 @@ def test_op_launches_the_push_ctas_variant(monkeypatch):
     assert plan.push_ctas == 16 and seen[-1].push_ctas == 1 and seen[-1].flat == 1
     plan, _ = op._plan_and_kernel(2048, 1024, "gemm")  # the GEMM alone is not touched
     assert plan.push_ctas == 0 and seen[-1].push_ctas == 0
+    assert plan.pingpong and seen[-1].pingpong == 1  # nor refused its ping-pong rule
     plan, _ = _op()._plan_and_kernel(2048, 1024, "rs")
     assert plan.push_ctas == 0 and seen[-1].push_ctas == 0
     ar = retuned(planning_op("ar"), push_ctas=8)
