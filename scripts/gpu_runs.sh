@@ -73,6 +73,11 @@
 #   rows64-rule  (1 GPU) ``choose_gemm_rows64_pairs``' plans (M 80 / 100 / 128, N 2880 / 5120
 #           / 7168 / 8192, K 1024 / 4096 / 9216) against the 128-row plans they replaced
 #           (bm128), five interleaved blocks a shape
+#   pn-cublas  (1 GPU) cuBLAS's form at M 256 / 512 (Nsight Compute, PERF.md (aq): 128 x 112
+#           tiles on 2x1 clusters along N sharing x, 7 stages) against the default (pairs
+#           along M sharing w): pairs along N 112 / 128 wide at the kernel's stages and at 7,
+#           and the default's pairs at 7 stages, M 256 / 512, N 7168 / 8192, K 1024 / 4096 /
+#           9216, five interleaved blocks a shape
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -110,7 +115,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -232,6 +237,10 @@ for s in "$@"; do
     rows64-rule)
       gemm_step rows64_rule 420 --columns default,bm128 --shuffle 18 --blocks 5 \
         --shapes "$(shapes "80 100 128" "2880 5120 7168 8192")" ;;
+    pn-cublas)
+      gemm_step pn_cublas 420 \
+        --columns default,pn+bn112,pn+bn112+stages7,pn+bn128+stages7,c2+bn112+stages7 \
+        --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
