@@ -8,7 +8,10 @@ op can be measured and tuned there. Every column is first checked against the fl
 product of the same inputs (NaN-poisoned output), then timed in interleaved blocks (each
 block runs every column once, queued behind a GPU sleep that outlasts the host's launches,
 taken again where it did not; inputs rotated past L2); the median per column is reported,
-with the ratio torch.mm / column.
+with the ratio torch.mm / column. ``--interleave calls`` runs each block's columns call by
+call in turn instead, so torch.mm and every column meet the same clocks (long shapes'
+readings otherwise move by a few percent from block to block); the JSON's
+``block_ratios`` give each block's ratio either way.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
@@ -175,10 +178,23 @@ def check_columns(cols: dict, inputs: tuple, y: Any, ref: Any, err: Any,
     return errors
 
 
-def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
-                 tries: int = 4) -> tuple[list[float], int]:
-    """Microseconds of each of ``iters`` calls of ``fn``, queued behind a GPU sleep so that
-    each event pair brackets GPU work only; and how many times the block was taken again.
+def call_schedule(columns: int, iters: int, nsets: int,
+                  interleave: str = "blocks") -> list[tuple[int, int]]:
+    """(column, input set) of each timed call of one block: ``iters`` calls of column 0 on
+    sets 0, 1, ... (``interleave="blocks"``: one column a block), or ``iters`` rounds of every column in turn
+    (``"calls"``), each call on the set after its predecessor's so that no call finds the
+    inputs of the call before it in L2 (the sets' rotation, ``input_sets``, leaves none
+    there)."""
+    if interleave == "blocks":
+        return [(0, i % nsets) for i in range(iters)]
+    return [(c, (i * columns + c) % nsets) for i in range(iters) for c in range(columns)]
+
+
+def queued_calls(fns: list, sets: list, schedule: list[tuple[int, int]],
+                 host_us: float = 50.0, tries: int = 4) -> tuple[list[list[float]], int]:
+    """Microseconds of each call of ``schedule`` ((index into ``fns``, index into ``sets``)),
+    per function, queued behind a GPU sleep so that each event pair brackets GPU work only;
+    and how many times the block was taken again.
 
     The sleep lasts ``host_us`` per call. If the GPU ends it before the host has queued the
     last call, the stream ran dry and some pairs hold host launch gaps: the block is taken
@@ -186,20 +202,31 @@ def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
     H200 kernels of ~10 us read 23-36 us that way in the first second of a process and
     after the grid's heaviest shape (docs/PERF.md (x))."""
     import torch
+    n = len(schedule)
     for attempt in range(tries):
-        torch.cuda._sleep(int(iters * host_us * 2**attempt * 2e3))  # cycles at up to 2 GHz
+        torch.cuda._sleep(int(n * host_us * 2**attempt * 2e3))  # cycles at up to 2 GHz
         gate = torch.cuda.Event()
         gate.record()
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * iters)]
-        for i in range(iters):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * n)]
+        for i, (f, s) in enumerate(schedule):
             ev[2 * i].record()
-            fn(*sets[i % len(sets)])
+            fns[f](*sets[s])
             ev[2 * i + 1].record()
         ran_dry = gate.query()
         torch.cuda.synchronize()
         if not ran_dry or attempt == tries - 1:
             break
-    return [ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3 for i in range(iters)], attempt
+    us: list[list[float]] = [[] for _ in fns]
+    for i, (f, _) in enumerate(schedule):
+        us[f].append(ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3)
+    return us, attempt
+
+
+def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
+                 tries: int = 4) -> tuple[list[float], int]:
+    """``queued_calls`` of one function: ``iters`` calls on the sets in turn."""
+    us, attempt = queued_calls([fn], sets, call_schedule(1, iters, len(sets)), host_us, tries)
+    return us[0], attempt
 
 
 def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
@@ -251,6 +278,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="run the columns of each block in an order drawn from SEED (default: "
                         "as listed; a column listed first runs first in every block)")
+    p.add_argument("--interleave", choices=["blocks", "calls"], default="blocks",
+                   help="blocks (default): each block runs a column's --iters calls, then "
+                        "the next column's; calls: each block runs the columns call by call "
+                        "in turn, so torch.mm and each column share the GPU's clock at every "
+                        "moment (the K >= 4096 shapes' readings moved up to 6%% between runs "
+                        "in blocks, docs/PERF.md (aq))")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--build-jobs", type=int, default=0, metavar="J",
                    help="first compile every column's kernel that RSAR_KERNEL_CACHE lacks on "
@@ -289,6 +322,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if a.scales == "block" and any(s[2] % 128 for s in a.shape_list):
         p.error("--scales block takes K a multiple of 128 (one scale per 128-element k-group)")
     return a
+
+
+def block_ratios(per_block: dict[str, list[float]]) -> dict[str, list[float]]:
+    """torch.mm / column of each block's medians, per column: how far one block's reading
+    strays from another's (the GPU's clock moves between blocks; with ``--interleave calls``
+    both sides of each ratio ran under the same clocks). Empty without the anchor."""
+    mm = per_block.get("mm")
+    if not mm:
+        return {}
+    return {k: [round(m / c, 4) for m, c in zip(mm, v)] for k, v in per_block.items()
+            if k != "mm"}
 
 
 def geomeans(rows: list[dict]) -> dict[str, float]:
@@ -357,26 +401,43 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {k: [] for k in cols}
         retried = dict.fromkeys(cols, 0)
         order = list(cols.items())
+        per_block: dict[str, list[float]] = {k: [] for k in cols}
         for b in range(a.blocks):
             if a.shuffle is not None:
                 random.Random(a.shuffle * 1009 + b + M + N + K).shuffle(order)
+            if a.interleave == "calls":
+                fns = [fn for _, fn in order]
+                for f, s in call_schedule(len(fns), 3, nsets, "calls"):
+                    fns[f](*sets[s])
+                us_calls, again = queued_calls(fns, sets, call_schedule(
+                    len(fns), a.iters, nsets, "calls"))
+                for (name, _), got in zip(order, us_calls):
+                    times[name] += got
+                    per_block[name].append(statistics.median(got))
+                    retried[name] += again
+                continue
             for name, fn in order:
                 for i in range(3):
                     fn(*sets[i % nsets])
                 us_calls, again = queued_block(fn, sets, a.iters)
                 times[name] += us_calls
+                per_block[name].append(statistics.median(us_calls))
                 retried[name] += again
         us = {k: statistics.median(v) for k, v in times.items()}
         if anchor_why:  # the anchor's entries first, as where it ran
             us, errors = {"mm": None, **us}, {"mm": None, **errors}
         row = {"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped,
-               "retried": {k: n for k, n in retried.items() if n}}
+               "retried": {k: n for k, n in retried.items() if n},
+               "block_ratios": block_ratios(per_block), "interleave": a.interleave}
         if anchor_why:
             row["anchor_error"] = anchor_why
         rows.append(row)
+        spread = {k: f" [{min(r):.3f}..{max(r):.3f}]" for k, r in row["block_ratios"].items()
+                  if len(r) > 1}
         print(f"{M} x {N} x {K}: " + "  ".join(
             (f"{k} n/a" if v is None else f"{k} {v:.1f} us")
-            + (f" ({us['mm'] / v:.3f})" if k != "mm" and us["mm"] is not None else "")
+            + (f" ({us['mm'] / v:.3f}){spread.get(k, '')}" if k != "mm" and us["mm"] is not None
+               else "")
             for k, v in us.items())
             + (f"  [anchor: {anchor_why}]" if anchor_why else ""), flush=True)
     print("geomean torch.mm / column: " + ("  ".join(

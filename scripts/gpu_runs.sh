@@ -18,6 +18,9 @@
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
 #   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
+#   grid-calls  (1 GPU) the same 48 shapes, torch.mm and the default interleaved call by
+#           call (--interleave calls), five blocks: both sides of each ratio under the same
+#           clocks; each block's ratio in the JSON (block_ratios) and the log
 #   xloads  (1 GPU) the GEMM alone at M 1-64 (N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
 #           9216): the default plans against x's whole-tile box (xb0) and the one round cut
 #           along K or not (sk, sk0); the kernels built first on every core
@@ -115,7 +118,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -170,6 +173,8 @@ for s in "$@"; do
       bash tests/gpu/run_all.sh "$out/checks" | tee "$out/checks.summary" ;;
     gemm1)
       gemm_step gemm1 300 --columns default ;;
+    grid-calls)
+      gemm_step grid_calls 420 --columns default --interleave calls --blocks 5 ;;
     xloads)
       gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \

@@ -202,6 +202,41 @@ def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeyp
     assert fake.sleeps == [5 * 10 * 2000 * 2 ** i for i in range(blocks)]
 
 
+@pytest.mark.parametrize("columns,nsets", [(2, 2), (3, 8), (5, 2), (4, 4)])
+def test_calls_interleave_takes_every_column_in_turn_on_fresh_inputs(columns, nsets):
+    sched = _module().call_schedule(columns, 6, nsets, "calls")
+    assert [c for c, _ in sched] == list(range(columns)) * 6
+    # no call runs on the inputs of the call just before it (they would sit in L2)
+    assert all(a[1] != b[1] for a, b in zip(sched, sched[1:]))
+    assert _module().call_schedule(1, 5, 2) == [(0, 0), (0, 1), (0, 0), (0, 1), (0, 0)]
+
+
+def test_interleaved_calls_are_timed_and_handed_back_per_column(monkeypatch):
+    import torch
+    mod = _module()
+    fake = FakeCuda(0)
+    for name in ("Event", "_sleep", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    calls = []
+    fns = [lambda x, w, c=c: calls.append((c, x)) for c in range(3)]
+    us, again = mod.queued_calls(fns, [(1, 2), (3, 4)], mod.call_schedule(3, 4, 2, "calls"),
+                                 host_us=10.0)
+    assert again == 0 and us == [[10.0] * 4] * 3
+    assert calls[:6] == [(0, 1), (1, 3), (2, 1), (0, 3), (1, 1), (2, 3)]
+    assert fake.sleeps == [12 * 10 * 2000]  # the sleep covers every column's calls
+
+
+def test_block_ratios_read_each_block_against_the_anchor_of_that_block():
+    r = _module().block_ratios({"mm": [10.0, 12.0], "default": [10.0, 10.0], "c1": [20.0]})
+    assert r == {"default": [1.0, 1.2], "c1": [0.5]}
+    assert _module().block_ratios({"default": [1.0]}) == {}
+
+
+def test_interleave_takes_blocks_or_calls():
+    r = _run("--interleave", "rounds")
+    assert r.returncode == 2 and "invalid choice: 'rounds'" in r.stderr
+
+
 def test_each_column_is_checked_on_what_it_computed():
     """A column that writes the shared output and one that returns its own result (torch's
     block-wise anchor, which has no out=) are both checked, on fresh NaN-poisoned output;
