@@ -79,8 +79,9 @@
 #   pn-cublas  (1 GPU) cuBLAS's form at M 256 / 512 (Nsight Compute, PERF.md (aq): 128 x 112
 #           tiles on 2x1 clusters along N sharing x, 7 stages) against the default (pairs
 #           along M sharing w): pairs along N 112 / 128 wide at the kernel's stages and at 7,
-#           and the default's pairs at 7 stages, M 256 / 512, N 7168 / 8192, K 1024 / 4096 /
-#           9216, five interleaved blocks a shape
+#           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
+#           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
+#           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -243,8 +244,8 @@ for s in "$@"; do
       gemm_step rows64_rule 420 --columns default,bm128 --shuffle 18 --blocks 5 \
         --shapes "$(shapes "80 100 128" "2880 5120 7168 8192")" ;;
     pn-cublas)
-      gemm_step pn_cublas 420 \
-        --columns default,pn+bn112,pn+bn112+stages7,pn+bn128+stages7,c2+bn112+stages7 \
+      gemm_step pn_cublas 480 --columns default,pn+bn112,pn+bn112+stages7,$(
+        )pn+bn128+stages7,c2+bn112+stages7,c2+bn112+pp+stages7,pn+bn112+pp+stages7 \
         --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
