@@ -86,10 +86,14 @@
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
 #           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
-#   profile  (1 GPU) Nsight Compute's SASS source page of the GEMM alone's default plan at
-#           2048 x 7168 x 1024 and 512 x 7168 x 1024 (the grid's two lowest), summed by
-#           benchmarks/sass_stalls.py (the top 20 with the 8 instructions before each):
-#           profile_*.txt, the source pages in src_pages.tar.xz
+#   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
+#           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
+#           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
+#           before each) and the details page, all in one profile_*.tar.xz
+#   profile-pn  (1 GPU) the same on pairs along N at cuBLAS's form (112 wide, 7 stages),
+#           on pairs along M at 7 stages and on the default, at 512 x 7168 x 1024 and 256 x
+#           7168 x 9216: where our pairs along N lose (0.78x cuBLAS at 6 stages where
+#           cuBLAS runs that form)
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -119,7 +123,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -143,6 +147,26 @@ shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 
   for N in $2; do for K in ${3:-1024 4096 9216}; do for M in $1; do r+="$M,$N,$K;"; done; done
   done
   echo "${r%;}"
+}
+profile_runs() {  # SHAPE:COLUMN...: Nsight Compute's full set on one launch of each column's
+  # kernel: the SASS source page summed by benchmarks/sass_stalls.py (profile_*.txt) and the
+  # details page (L2 / DRAM / tensor-pipe counters), both tarred: a call returns 8 files
+  command -v ncu > /dev/null || { echo "profile: no ncu on this machine" >&2; return; }
+  local run shp col n
+  for run in "$@"; do
+    shp=${run%%:*} col=${run#*:}
+    n=${shp//,/_}_${col//+/_}
+    step "ncu_$n" 200 ncu --clock-control none -k regex:Sm90FusedKernel --launch-skip 1 \
+      --launch-count 1 --set full --import-source yes -o "$out/rep_$n" -f \
+      $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1
+    ncu -i "$out/rep_$n.ncu-rep" --page source --csv --print-source sass > "$out/src_$n.csv"
+    ncu -i "$out/rep_$n.ncu-rep" --page details --csv > "$out/details_$n.csv"
+    python3 benchmarks/sass_stalls.py "$out/src_$n.csv" --top 20 --context 8 \
+      > "$out/profile_$n.txt" 2>&1
+    rm -f "$out/rep_$n.ncu-rep"
+  done
+  (cd "$out" && tar cJf "profile_$(date +%s).tar.xz" src_*.csv details_*.csv profile_*.txt \
+    && rm -f src_*.csv details_*.csv profile_*.txt)
 }
 # the M of three to twenty tile rows whose last row holds 8-128 rows (mid-sweep, mid-widths)
 MID_MS="264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 1540 1800 2100 2600"
@@ -251,19 +275,10 @@ for s in "$@"; do
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
     profile)
-      command -v ncu > /dev/null || { echo "profile: no ncu on this machine" >&2; continue; }
-      for shp in 2048,7168,1024 512,7168,1024; do
-        n=${shp//,/_}
-        step "ncu_$n" 200 ncu --clock-control none -k regex:Sm90FusedKernel --launch-skip 1 \
-          --launch-count 1 --set full --import-source yes -o "$out/rep_$n" -f \
-          $G1 --columns default --shapes "$shp" --iters 1 --blocks 1
-        ncu -i "$out/rep_$n.ncu-rep" --page source --csv --print-source sass > "$out/src_$n.csv"
-        python3 benchmarks/sass_stalls.py "$out/src_$n.csv" --top 20 --context 8 \
-          > "$out/profile_$n.txt" 2>&1
-        rm -f "$out/rep_$n.ncu-rep"
-      done
-      # a device call returns at most 8 files: the source pages travel as one
-      (cd "$out" && tar cJf src_pages.tar.xz src_*.csv && rm -f src_*.csv) ;;
+      profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
+    profile-pn)
+      profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
+        512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
