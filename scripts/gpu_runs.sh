@@ -82,6 +82,10 @@
 #           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
 #           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
 #           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
+#   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216 (the
+#           default: the narrowest width that fits one round) against wider 1-CTA tiles on
+#           fewer SMs, 144-224: a model counting the round's L2 reads, (128 + BN) x max(tiles,
+#           ~100), picks 144 / 160 / 208 there (docs/TUNING.md, experiments still open)
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -123,7 +127,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -271,6 +275,11 @@ for s in "$@"; do
       gemm_step pn_cublas 480 --columns default,pn+bn112,pn+bn112+stages7,$(
         )pn+bn128+stages7,c2+bn112+stages7,c2+bn112+pp+stages7,pn+bn112+pp+stages7 \
         --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
+    one-round-widths)
+      gemm_step one_round_widths 300 \
+        --columns default,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,c1+bn224 --shuffle 20 \
+        --shapes "$(shapes "264 300 392 520 584 640 776 840 896" 2880 "4096 9216");$(
+          shapes "264 300 320 384" 5120 "4096 9216")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
