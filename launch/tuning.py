@@ -24,6 +24,9 @@ PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
 # sub-tile ring depths a forced ``epi_slots`` may ask for (0: a whole tile)
 STAGES = (3, 4, 5, 6, 7, 8)
+# How far ahead ``l2_prefetch`` may reach, in k-blocks (past that, L2 would hold more of w
+# than a call reads from it before the prefetched blocks are used)
+L2_PREFETCH_MAX = 32
 EPI_SLOTS = tuple(range(0, 17))
 
 # field -> (what it accepts, for the error message)
@@ -51,6 +54,7 @@ _ACCEPTS = {
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
+    "l2_prefetch": f"an int in [0, {L2_PREFETCH_MAX}] (0: off; k-blocks ahead)",
     "trace": "True or False",
 }
 
@@ -90,6 +94,10 @@ class Tuning:
     bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never ping-pong), not boxes of the
     tile's rows that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides
     (the box wherever a kernel has it); False: whole boxes.
+
+    ``l2_prefetch`` (sm90, an experiment until one GPU times it): after each k-block's loads,
+    prefetch this CTA's parts of x's and w's tiles that many k-blocks on into L2
+    (``Variant.l2_prefetch``); 0: off.
     """
 
     bn: int | None = None
@@ -115,6 +123,7 @@ class Tuning:
     lean_exit: bool | None = None
     pingpong: bool | None = None
     x_box: bool | None = None
+    l2_prefetch: int = 0
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -175,4 +184,6 @@ def _valid(name: str, v: Any) -> bool:
         return _is_int(v) and v in EPI_SLOTS
     if name == "push_ctas":
         return _is_int(v) and v >= 0
+    if name == "l2_prefetch":
+        return _is_int(v) and 0 <= v <= L2_PREFETCH_MAX
     raise AssertionError(f"no validation for Tuning.{name}")

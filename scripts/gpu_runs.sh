@@ -82,6 +82,9 @@
 #           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
 #           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
 #           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
+#   l2-prefetch  (1 GPU) Tuning.l2_prefetch 4 / 8 / 16 k-blocks ahead against the default
+#           at the memory-bound small M (128 / 256 / 512, N 7168 / 8192, K 4096 / 9216) and at
+#           2048 / 8192 x 7168 x 1024 / 4096, five blocks a shape
 #   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216 (the
 #           default: the narrowest width that fits one round) against wider 1-CTA tiles on
 #           fewer SMs, 144-224: a model counting the round's L2 reads, (128 + BN) x max(tiles,
@@ -127,7 +130,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas l2-prefetch one-round-widths small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -275,6 +278,10 @@ for s in "$@"; do
       gemm_step pn_cublas 480 --columns default,pn+bn112,pn+bn112+stages7,$(
         )pn+bn128+stages7,c2+bn112+stages7,c2+bn112+pp+stages7,pn+bn112+pp+stages7 \
         --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
+    l2-prefetch)
+      gemm_step l2_prefetch 300 --columns default,l2p4,l2p8,l2p16 --shuffle 21 --blocks 5 \
+        --shapes "$(shapes "128 256 512" "7168 8192" "4096 9216");$(
+          shapes "2048 8192" 7168 "1024 4096")" ;;
     one-round-widths)
       gemm_step one_round_widths 300 \
         --columns default,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,c1+bn224 --shuffle 20 \
