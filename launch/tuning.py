@@ -24,8 +24,9 @@ PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
 # sub-tile ring depths a forced ``epi_slots`` may ask for (0: a whole tile)
 STAGES = (3, 4, 5, 6, 7, 8)
-# How far ahead ``l2_prefetch`` may reach, in k-blocks (past that, L2 would hold more of w
-# than a call reads from it before the prefetched blocks are used)
+# How far ahead ``l2_prefetch`` may reach, in k-blocks: D blocks ahead keep ~D x 4-6 MB of
+# the SMs' tiles waiting in L2 (50 MB on H100 / H200), so 32 is already past where it can
+# pay; the bound leaves a sweep room to find that point
 L2_PREFETCH_MAX = 32
 EPI_SLOTS = tuple(range(0, 17))
 

@@ -184,10 +184,10 @@ def check_columns(cols: dict, inputs: tuple, y: Any, ref: Any, err: Any,
 def call_schedule(columns: int, iters: int, nsets: int,
                   interleave: str = "blocks") -> list[tuple[int, int]]:
     """(column, input set) of each timed call of one block: ``iters`` calls of column 0 on
-    sets 0, 1, ... (``interleave="blocks"``: one column a block), or ``iters`` rounds of every column in turn
-    (``"calls"``), each call on the set after its predecessor's so that no call finds the
-    inputs of the call before it in L2 (the sets' rotation, ``input_sets``, leaves none
-    there)."""
+    sets 0, 1, ... (``interleave="blocks"``: one column a block), or ``iters`` rounds of
+    every column in turn (``"calls"``), each call on the set after its predecessor's so
+    that no call finds the inputs of the call before it in L2 (the sets' rotation,
+    ``input_sets``, leaves none there)."""
     if interleave == "blocks":
         return [(0, i % nsets) for i in range(iters)]
     return [(c, (i * columns + c) % nsets) for i in range(iters) for c in range(columns)]
