@@ -1,8 +1,8 @@
 """``Tuning.l2_prefetch`` (an experiment): the producer prefetches its later k-blocks into
-L2. It is validated once, refused on sm100 before anything compiles, passed to the variant
-as asked, and compiled for sm_90a as prefetches beside the loads that leave every load,
-wgmma and barrier of the kernel as it was (no spill, no serialized wgmma); off, it is not
-in the PTX (the default variants' PTX is pinned by tests/test_variant_identity.py)."""
+L2. Its validation and sm100's refusal are tests/test_tuning.py's; here it is passed to
+the variant as asked, and compiled for sm_90a as prefetches beside the loads that leave
+every load, wgmma and barrier of the kernel as it was (no spill, no serialized wgmma); off,
+it is not in the PTX (the default variants' PTX is pinned by tests/test_variant_identity.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,23 +10,9 @@ import dataclasses
 import pytest
 
 from launch import Hardware, Shape, Tuning, resolve
-from launch.tuning import L2_PREFETCH_MAX
-from rsar_core.errors import RsarValueError
 
 H100 = Hardware("sm_90a", 132)
 PREFETCH = "cp.async.bulk.prefetch.tensor.2d.L2.global"
-
-
-@pytest.mark.parametrize("bad", [-1, L2_PREFETCH_MAX + 1, True, 2.0, "8"])
-def test_tuning_refuses_what_is_not_a_distance(bad):
-    with pytest.raises(RsarValueError, match="l2_prefetch"):
-        Tuning(l2_prefetch=bad)
-
-
-def test_sm100_refuses_it():
-    with pytest.raises(RsarValueError, match="l2_prefetch"):
-        resolve(Shape(256, 7168, 9216, "gemm"), Hardware("sm_100a", 148), 2, "unicast",
-                tuning=Tuning(l2_prefetch=8))
 
 
 @pytest.mark.parametrize("mode", ["gemm", "rs", "ar"])
