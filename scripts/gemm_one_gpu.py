@@ -181,15 +181,11 @@ def check_columns(cols: dict, inputs: tuple, y: Any, ref: Any, err: Any,
     return errors
 
 
-def call_schedule(columns: int, iters: int, nsets: int,
-                  interleave: str = "blocks") -> list[tuple[int, int]]:
-    """(column, input set) of each timed call of one block: ``iters`` calls of column 0 on
-    sets 0, 1, ... (``interleave="blocks"``: one column a block), or ``iters`` rounds of
-    every column in turn (``"calls"``), each call on the set after its predecessor's so
-    that no call finds the inputs of the call before it in L2 (the sets' rotation,
-    ``input_sets``, leaves none there)."""
-    if interleave == "blocks":
-        return [(0, i % nsets) for i in range(iters)]
+def call_schedule(columns: int, iters: int, nsets: int) -> list[tuple[int, int]]:
+    """(column, input set) of each timed call of one block: ``iters`` rounds of every column
+    in turn (one column: ``iters`` calls of it), each call on the set after its
+    predecessor's so that no call finds the inputs of the call before it in L2 (the sets'
+    rotation, ``input_sets``, leaves none there)."""
     return [(c, (i * columns + c) % nsets) for i in range(iters) for c in range(columns)]
 
 
@@ -223,13 +219,6 @@ def queued_calls(fns: list, sets: list, schedule: list[tuple[int, int]],
     for i, (f, _) in enumerate(schedule):
         us[f].append(ev[2 * i].elapsed_time(ev[2 * i + 1]) * 1e3)
     return us, attempt
-
-
-def queued_block(fn: Any, sets: list, iters: int, host_us: float = 50.0,
-                 tries: int = 4) -> tuple[list[float], int]:
-    """``queued_calls`` of one function: ``iters`` calls on the sets in turn."""
-    us, attempt = queued_calls([fn], sets, call_schedule(1, iters, len(sets)), host_us, tries)
-    return us[0], attempt
 
 
 def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
@@ -408,24 +397,16 @@ def main(argv: list[str] | None = None) -> int:
         for b in range(a.blocks):
             if a.shuffle is not None:
                 random.Random(a.shuffle * 1009 + b + M + N + K).shuffle(order)
-            if a.interleave == "calls":
-                fns = [fn for _, fn in order]
-                for f, s in call_schedule(len(fns), 3, nsets, "calls"):
+            # blocks: each column's calls queued on their own; calls: all columns in turn
+            for group in [order] if a.interleave == "calls" else [[c] for c in order]:
+                fns = [fn for _, fn in group]
+                for f, s in call_schedule(len(fns), 3, nsets):  # warm-up
                     fns[f](*sets[s])
-                us_calls, again = queued_calls(fns, sets, call_schedule(
-                    len(fns), a.iters, nsets, "calls"))
-                for (name, _), got in zip(order, us_calls):
+                us_calls, again = queued_calls(fns, sets, call_schedule(len(fns), a.iters, nsets))
+                for (name, _), got in zip(group, us_calls):
                     times[name] += got
                     per_block[name].append(statistics.median(got))
                     retried[name] += again
-                continue
-            for name, fn in order:
-                for i in range(3):
-                    fn(*sets[i % nsets])
-                us_calls, again = queued_block(fn, sets, a.iters)
-                times[name] += us_calls
-                per_block[name].append(statistics.median(us_calls))
-                retried[name] += again
         us = {k: statistics.median(v) for k, v in times.items()}
         if anchor_why:  # the anchor's entries first, as where it ran
             us, errors = {"mm": None, **us}, {"mm": None, **errors}

@@ -193,10 +193,10 @@ def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeyp
     for name in ("Event", "_sleep", "synchronize"):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     calls = []
-    us, again = mod.queued_block(lambda x, w: calls.append(x), [(1, 2), (3, 4)], 5,
-                                 host_us=10.0, tries=tries)
+    us, again = mod.queued_calls([lambda x, w: calls.append(x)], [(1, 2), (3, 4)],
+                                 mod.call_schedule(1, 5, 2), host_us=10.0, tries=tries)
     blocks = min(dry, tries - 1) + 1
-    assert us == [10.0] * 5 and again == blocks - 1
+    assert us == [[10.0] * 5] and again == blocks - 1
     assert len(calls) == 5 * blocks and calls[:5] == [1, 3, 1, 3, 1]
     # 10 us per call at 2 GHz, doubled for each block taken again
     assert fake.sleeps == [5 * 10 * 2000 * 2 ** i for i in range(blocks)]
@@ -204,7 +204,7 @@ def test_a_block_whose_stream_ran_dry_is_taken_again_with_a_longer_sleep(monkeyp
 
 @pytest.mark.parametrize("columns,nsets", [(2, 2), (3, 8), (5, 2), (4, 4)])
 def test_calls_interleave_takes_every_column_in_turn_on_fresh_inputs(columns, nsets):
-    sched = _module().call_schedule(columns, 6, nsets, "calls")
+    sched = _module().call_schedule(columns, 6, nsets)
     assert [c for c, _ in sched] == list(range(columns)) * 6
     # no call runs on the inputs of the call just before it (they would sit in L2)
     assert all(a[1] != b[1] for a, b in zip(sched, sched[1:]))
@@ -219,7 +219,7 @@ def test_interleaved_calls_are_timed_and_handed_back_per_column(monkeypatch):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     calls = []
     fns = [lambda x, w, c=c: calls.append((c, x)) for c in range(3)]
-    us, again = mod.queued_calls(fns, [(1, 2), (3, 4)], mod.call_schedule(3, 4, 2, "calls"),
+    us, again = mod.queued_calls(fns, [(1, 2), (3, 4)], mod.call_schedule(3, 4, 2),
                                  host_us=10.0)
     assert again == 0 and us == [[10.0] * 4] * 3
     assert calls[:6] == [(0, 1), (1, 3), (2, 1), (0, 3), (1, 1), (2, 3)]
