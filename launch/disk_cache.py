@@ -27,7 +27,7 @@ ENV = "RSAR_KERNEL_CACHE"
 # short, distinct name tags of the tuning knobs (peers_first and pair_n share an initial)
 _TAGS = {"epi_slots": "e", "peers_first": "pf", "pair_n": "pn", "stages": "st", "push_all": "pa",
          "pdl": "pdl", "trace": "tr", "block_scales": "bs", "pingpong": "pp",
-         "x_rows": "xr", "l2_prefetch": "l2p"}
+         "x_rows": "xr"}
 
 
 def cache_dir() -> Path | None:

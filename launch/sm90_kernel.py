@@ -140,7 +140,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.push_all = bool(push_all)
         self.pdl = bool(pdl)
         self.prefetch = bool(prefetch)
-        self.l2_prefetch = v.l2_prefetch
         self.early_copy = bool(early_copy)
         if push_window < 0 or (push_window and not self.tma_push):
             raise ValueError(f"push_window {push_window}: a count of bulk-copy groups, for "
@@ -489,16 +488,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                                       mcast_mask=b_mask)
                             ab_pipe.producer_commit(prod)
                             prod.advance()
-                            if cutlass.const_expr(self.l2_prefetch):
-                                # a later k-block of this CTA's own parts into L2 (no smem,
-                                # no barrier): more bytes in flight than the stages hold
-                                kp = kt + Int32(self.l2_prefetch)
-                                if kp < k_hi:
-                                    cute.prefetch(tma_b, tBgB_t[(None, kp)])
-                                    if cutlass.const_expr(self.x_rows == self.bm):
-                                        cute.prefetch(tma_a, tAgA_t[(None, kp)])
-                                    elif not tail:  # the last row's box is not prefetched
-                                        cute.prefetch(tma_a, tAgA_t[(None, kp)])
                 ab_pipe.producer_tail(prod)
             else:
                 comm_args = (tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,

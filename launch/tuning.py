@@ -24,10 +24,6 @@ PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
 # sub-tile ring depths a forced ``epi_slots`` may ask for (0: a whole tile)
 STAGES = (3, 4, 5, 6, 7, 8)
-# How far ahead ``l2_prefetch`` may reach, in k-blocks: D blocks ahead keep ~D x 4-6 MB of
-# the SMs' tiles waiting in L2 (50 MB on H100 / H200), so 32 is already past where it can
-# pay; the bound leaves a sweep room to find that point
-L2_PREFETCH_MAX = 32
 EPI_SLOTS = tuple(range(0, 17))
 
 # field -> (what it accepts, for the error message)
@@ -55,7 +51,6 @@ _ACCEPTS = {
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
-    "l2_prefetch": f"an int in [0, {L2_PREFETCH_MAX}] (0: off; k-blocks ahead)",
     "trace": "True or False",
 }
 
@@ -95,10 +90,6 @@ class Tuning:
     bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never ping-pong), not boxes of the
     tile's rows that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides
     (the box wherever a kernel has it); False: whole boxes.
-
-    ``l2_prefetch`` (sm90, an experiment until one GPU times it): after each k-block's loads,
-    prefetch this CTA's parts of x's and w's tiles that many k-blocks on into L2
-    (``Variant.l2_prefetch``); 0: off.
     """
 
     bn: int | None = None
@@ -124,7 +115,6 @@ class Tuning:
     lean_exit: bool | None = None
     pingpong: bool | None = None
     x_box: bool | None = None
-    l2_prefetch: int = 0
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -185,6 +175,4 @@ def _valid(name: str, v: Any) -> bool:
         return _is_int(v) and v in EPI_SLOTS
     if name == "push_ctas":
         return _is_int(v) and v >= 0
-    if name == "l2_prefetch":
-        return _is_int(v) and 0 <= v <= L2_PREFETCH_MAX
     raise AssertionError(f"no validation for Tuning.{name}")

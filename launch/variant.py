@@ -13,7 +13,7 @@ from .geometry import BLACKWELL
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "l2_prefetch")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows")
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,6 @@ class Variant:
     other rows of those stages are not written: their stale rows accumulate into output
     rows past M, which no store writes. Where the box is at most half a 128-row tile, the
     MMA warp group of the other half (and a pair's padding tile) issues no wgmma there.
-    ``l2_prefetch`` (sm90, an experiment): n > 0: after each k-block's loads the producer
-    asks the TMA to bring this CTA's parts of x's and w's tiles ``n`` k-blocks on into L2
-    (``cp.async.bulk.prefetch.tensor``: no shared memory, no barrier), so more bytes are on
-    their way from DRAM than the mainloop stages hold (x's last-row box is not prefetched).
     """
 
     arch: str
@@ -126,7 +122,6 @@ class Variant:
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
-    l2_prefetch: int = 0  # n > 0: loads prefetched into L2 n k-blocks ahead (Sm90FusedKernel)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

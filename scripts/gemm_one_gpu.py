@@ -24,8 +24,7 @@ rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output sto
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
-``Variant.x_rows`` / never), ``l2pD`` (each k-block's loads prefetched into L2 D k-blocks
-ahead, ``Tuning.l2_prefetch``), joined
+``Variant.x_rows`` / never), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
@@ -87,12 +86,10 @@ def column_knobs(name: str) -> dict:
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
-        elif part.startswith("l2p") and part[3:].isdigit():
-            knobs["l2_prefetch"] = int(part[3:])
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
-                             f"l2pD, joined with +)")
+                             f"joined with +)")
     return knobs
 
 

@@ -82,9 +82,6 @@
 #           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
 #           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
 #           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
-#   l2-prefetch  (1 GPU) Tuning.l2_prefetch 4 / 8 / 16 k-blocks ahead against the default
-#           at the memory-bound small M (128 / 256 / 512, N 7168 / 8192, K 4096 / 9216) and at
-#           2048 / 8192 x 7168 x 1024 / 4096, five blocks a shape
 #   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216 (the
 #           default: the narrowest width that fits one round) against wider 1-CTA tiles on
 #           fewer SMs, 144-224: a model counting the round's L2 reads, (128 + BN) x max(tiles,
@@ -93,6 +90,13 @@
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
 #           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
+#   narrow-stages  (1 GPU) the one-round pairs 112 / 128 wide at M 128 / 256 (N 7168 / 8192, K
+#           1024 / 4096 / 9216; the kernel's 3 stages): the default against 4-7 stages, calls
+#           interleaved, two seeded orders (pn-cublas at 7: 256 x 7168 x 4096 / 9216 +2.2 / +3.7%)
+#   mid-pp  (1 GPU) the grid's M 1024 / 2048 (N 7168 / 8192, K 4096 / 9216, and the K=1024
+#           shapes below 0.97x): the default against 4 stages, 2x1-cluster ping-pong 176 / 192
+#           wide at 5 stages (176 at 6 too) and 1-CTA 224 wide at 4, calls interleaved, two
+#           seeded orders
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
@@ -130,7 +134,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas l2-prefetch one-round-widths small-m-pairs profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -278,10 +282,6 @@ for s in "$@"; do
       gemm_step pn_cublas 480 --columns default,pn+bn112,pn+bn112+stages7,$(
         )pn+bn128+stages7,c2+bn112+stages7,c2+bn112+pp+stages7,pn+bn112+pp+stages7 \
         --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
-    l2-prefetch)
-      gemm_step l2_prefetch 300 --columns default,l2p4,l2p8,l2p16 --shuffle 21 --blocks 5 \
-        --shapes "$(shapes "128 256 512" "7168 8192" "4096 9216");$(
-          shapes "2048 8192" 7168 "1024 4096")" ;;
     one-round-widths)
       gemm_step one_round_widths 300 \
         --columns default,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,c1+bn224 --shuffle 20 \
@@ -290,6 +290,18 @@ for s in "$@"; do
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
+    narrow-stages)
+      for seed in 22 23; do
+        gemm_step "narrow_stages_$seed" 240 --columns default,stages4,stages5,stages6,stages7 \
+          --shuffle $seed --interleave calls --blocks 5 --shapes "$(shapes "128 256" "7168 8192")"
+      done ;;
+    mid-pp)
+      for seed in 24 25; do
+        gemm_step "mid_pp_$seed" 300 --columns default,stages4,c2+bn176+pp+stages5,$(
+          )c2+bn192+pp+stages5,c2+bn176+pp+stages6,c1+bn224+stages4 --shuffle $seed \
+          --interleave calls --blocks 5 --shapes "$(shapes "1024 2048" "7168 8192" "4096 9216");$(
+          )1024,8192,1024;2048,7168,1024;2048,8192,1024"
+      done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-pn)
