@@ -94,7 +94,8 @@
 #           1024 / 4096 / 9216; the kernel's 3 stages): the default against 4-7 stages, calls
 #           interleaved, two seeded orders (pn-cublas at 7: 256 x 7168 x 4096 / 9216 +2.2 / +3.7%)
 #   mid-pp  (1 GPU) the grid's M 1024 / 2048 (N 7168 / 8192, K 4096 / 9216, and the K=1024
-#           shapes below 0.97x): the default against 4 stages, 2x1-cluster ping-pong 176 / 192
+#           shapes below 0.97x) and M 4096-16384 at K 4096 / 9216 (ping-pong at 4 stages
+#           there -6..+7% in (ai), before 5 stages and the short ring): the default against 4 stages, 2x1-cluster ping-pong 176 / 192
 #           wide at 5 stages (176 at 6 too) and 1-CTA 224 wide at 4, calls interleaved, two
 #           seeded orders
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
@@ -300,7 +301,8 @@ for s in "$@"; do
         gemm_step "mid_pp_$seed" 300 --columns default,stages4,c2+bn176+pp+stages5,$(
           )c2+bn192+pp+stages5,c2+bn176+pp+stages6,c1+bn224+stages4 --shuffle $seed \
           --interleave calls --blocks 5 --shapes "$(shapes "1024 2048" "7168 8192" "4096 9216");$(
-          )1024,8192,1024;2048,7168,1024;2048,8192,1024"
+          )1024,8192,1024;2048,7168,1024;2048,8192,1024;$(
+          shapes "4096 8192 16384" "7168 8192" "4096 9216")"
       done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
