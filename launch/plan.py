@@ -13,7 +13,8 @@ from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH
                        tile_widths, with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_pairs_full_round, choose_gemm_partial_width,
+                    choose_gemm_one_round_width, choose_gemm_pairs_full_round,
+                    choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
                     choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_rows64_pairs,
                     choose_gemm_split,
@@ -145,6 +146,10 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
             plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
         if plan.cta_group == 1 and choose_gemm_partial_width(K):
             plan = _gemm_cheaper_at(plan, PARTIAL_NS, pair_ctas)
+        if plan.cta_group == 1 and plan.rounds == 1:
+            width = choose_gemm_one_round_width(M, N, K, sm_count)
+            if width and width != plan.bn:
+                plan = _cheapest_gemm(M, N, K, world, sm_count, (width,), 1, pair_ctas) or plan
     if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
             and choose_gemm_tail_one_cta(M, K)):

@@ -10,6 +10,7 @@ shapes it moved.
 |---|---|---|---|
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
+| ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width of fewest modelled L2 reads, 112-224 | (an), (as) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
@@ -234,6 +235,37 @@ def choose_gemm_partial_width(K: int) -> bool:
     (1100 x 5120 x 9216: 0.70x -> 0.85x cuBLAS). At K=1024 it would move 576 of those
     points, none of them timed."""
     return K > 1024
+
+
+# A round of at least this many tiles is taken to keep L2's bandwidth busy: below it the SMs'
+# own reads are the limit, above it L2's (``choose_gemm_one_round_width``)
+ROUND_L2_TILES = 100
+ONE_ROUND_NS = (112, 128, 144, 160, 176, 192, 208, 224)
+
+
+def choose_gemm_one_round_width(M: int, N: int, K: int, sm_count: int) -> int | None:
+    """The width for the plain sm90 GEMM's one-round 1-CTA plan (bf16, nothing forced) at 3-7
+    tile rows and K >= 4096, or None where that rule does not apply. Such a round is bound by
+    the reads of x's and w's tiles from L2, (BM + BN) x K a tile: with fewer than
+    ``ROUND_L2_TILES`` tiles each SM's own reads set the pace (a wider tile costs more), with
+    more L2's bandwidth over all of them does (more, narrower tiles read x again). So the
+    width of least ``(BM + BN) x max(tiles, ROUND_L2_TILES)`` among ``ONE_ROUND_NS`` whose
+    tiles fit one round (partial tiles at N's edge allowed), where ``lane_cost`` counts
+    columns and took the narrowest that fits.
+
+    One H100, every 1-CTA width 144-224 against the default at N 2880 / 5120, M 264-896, K
+    4096 / 9216. Fitted on the first run (docs/PERF.md (an): its picks +8.5% over the
+    default on 14 shapes); judged on a second (docs/PERF.md (as), 20 shapes, five blocks):
+    +10.3% geomean, +3.1..+22.3%, one tie (264 x 5120 x 9216, -0.6%); the floor at 90 or
+    110 tiles gave +4.8% / +5.1%. Where the default plan is 2x1 clusters (M 264-392 x 2880)
+    the 1-CTA widths lost 16-24% and the rule does not apply; no grid plan (N 7168 / 8192)
+    is a one-round 1-CTA plan at K >= 4096."""
+    rows = ceil_div(M, BM)
+    if K < 4096 or not 3 <= rows <= 7:
+        return None
+    fits = [((BM + b) * max(rows * ceil_div(N, b), ROUND_L2_TILES), b) for b in ONE_ROUND_NS
+            if b <= N and rows * ceil_div(N, b) <= sm_count]
+    return min(fits)[1] if fits else None
 
 
 def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePlan) -> bool:

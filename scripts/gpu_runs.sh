@@ -82,10 +82,10 @@
 #           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
 #           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
 #           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
-#   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216 (the
-#           default: the narrowest width that fits one round) against wider 1-CTA tiles on
-#           fewer SMs, 144-224: a model counting the round's L2 reads, (128 + BN) x max(tiles,
-#           ~100), picks 144 / 160 / 208 there (docs/TUNING.md, experiments still open)
+#   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216: the
+#           default (``choose_gemm_one_round_width`` since (as): the width of fewest modelled
+#           L2 reads) against every 1-CTA width 112-224, the narrowest that fits one round
+#           (the plans before that rule: 112 / 160 at N=2880, 128 at 5120) among them
 #   small-m-pairs  (1 GPU) the grid's memory-bound small M (128 / 256, N 7168 / 8192, K 4096
 #           / 9216; 0.94-0.98x cuBLAS): the default plans (64 wide at M=128, every CTA
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
@@ -285,7 +285,8 @@ for s in "$@"; do
         --shuffle 19 --blocks 5 --shapes "$(shapes "256 512" "7168 8192")" ;;
     one-round-widths)
       gemm_step one_round_widths 300 \
-        --columns default,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,c1+bn224 --shuffle 20 \
+        --columns default,c1+bn112,c1+bn128,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,$(
+        )c1+bn224 --shuffle 20 \
         --shapes "$(shapes "264 300 392 520 584 640 776 840 896" 2880 "4096 9216");$(
           shapes "264 300 320 384" 5120 "4096 9216")" ;;
     small-m-pairs)

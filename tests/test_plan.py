@@ -1019,16 +1019,19 @@ def test_split_row_only_where_the_lane_cost_drops_enough():
 # ---------------------------------------------------------------- a partial last tile column
 def test_widths_stay_whole_where_a_measured_width_divides_n():
     """N a multiple of 128 keeps the widths the plan rules were measured with, every tile
-    whole (but where the GEMM alone takes a width of FINE_NS, ``FINE_GAIN``); elsewhere
-    sm90 chooses among PARTIAL_NS, never wider than N (but 128), and sm100 has nothing to
-    choose from."""
+    whole (but where the GEMM alone takes a width of FINE_NS, ``FINE_GAIN``, or the one
+    round's width of fewest L2 reads, ``choose_gemm_one_round_width``); elsewhere sm90
+    chooses among PARTIAL_NS, never wider than N (but 128), and sm100 has nothing to choose
+    from."""
     from launch.geometry import FINE_NS
+    from launch.rules import choose_gemm_one_round_width
     for N in (128, 384, 1792, 5376, 7168, 8192, 10240):
         assert tile_widths(N) == tuple(b for b in FULL_NS if N % b == 0) and 128 in tile_widths(N)
         for M, K, mode in itertools.product((128, 300, 1000, 4096), (1024, 9216),
                                             ("rs", "ar", "gemm")):
             p = make_plan(M, N, K, 2, 132, mode)
-            if mode == "gemm" and p.bn in FINE_NS:
+            if mode == "gemm" and (p.bn in FINE_NS
+                                   or p.bn == choose_gemm_one_round_width(M, N, K, 132)):
                 continue
             assert N % p.bn == 0 and p.tiles_n * p.bn == N, (M, N, K, mode, p.bn)
     assert tile_widths(2880) == PARTIAL_NS

@@ -518,3 +518,39 @@ def test_gemm_partial_width(M, K):
     forced, _ = resolve(Shape(M, 5120, K, "gemm"), hw, 2, "unicast",
                         tuning=Tuning(cta_group=1, bn=128))
     assert forced.bn == 128
+
+
+@pytest.mark.parametrize("K", [1024, 4096, 9216])
+@pytest.mark.parametrize("M,N,want", [
+    (264, 2880, None), (392, 2880, None),  # 2x1 clusters: the rule leaves them
+    (520, 2880, 144), (640, 2880, 144), (776, 2880, 192), (896, 2880, 192),
+    (264, 5120, 160), (384, 5120, 160), (1024, 2880, None), (256, 5120, None)])
+def test_gemm_one_round_width(monkeypatch, M, N, K, want):
+    """``choose_gemm_one_round_width``: the bf16 GEMM alone's one-round 1-CTA plan at 3-7 tile
+    rows and K >= 4096 takes the width of fewest modelled L2 reads (the picks timed in
+    docs/PERF.md (as)); at K=1024, on pairs, outside those rows, in fp16 and where a Tuning
+    forces the width the plan is the one the other rules make."""
+    import launch.plan
+    from launch import Dtypes, Hardware, Shape, Tuning, resolve
+    from launch.rules import BM, ROUND_L2_TILES, choose_gemm_one_round_width
+    hw = Hardware("sm_90a", 132)
+    shape = Shape(M, N, K, "gemm")
+    forcing = Tuning(cta_group=1, bn=128)
+    plan, f16, forced = (resolve(shape, hw, 2, "unicast", d, t)[0] for d, t in (
+        (Dtypes(), Tuning()), (Dtypes("f16"), Tuning()), (Dtypes(), forcing)))
+    monkeypatch.setattr(launch.plan, "choose_gemm_one_round_width", lambda *a: None)
+    plan0, f16_0, forced0 = (resolve(shape, hw, 2, "unicast", d, t)[0] for d, t in (
+        (Dtypes(), Tuning()), (Dtypes("f16"), Tuning()), (Dtypes(), forcing)))
+    assert f16 == f16_0 and forced == forced0 and forced.bn == 128
+    if K >= 4096 and want:
+        assert choose_gemm_one_round_width(M, N, K, 132) == want
+        assert (plan.bn, plan.cta_group, plan.rounds) == (want, 1, 1) != (plan0.bn, 1, 1)
+        assert (plan0.cta_group, plan0.rounds) == (1, 1)
+        rows = -(-M // BM)  # no width of the timed range that fits one round reads less
+        reads = lambda b: (BM + b) * max(rows * -(-N // b), ROUND_L2_TILES)
+        assert all(reads(b) >= reads(want) for b in range(112, 225, 16)
+                   if rows * -(-N // b) <= 132)
+    else:
+        assert plan == plan0
+        if K < 4096:
+            assert choose_gemm_one_round_width(M, N, K, 132) is None
