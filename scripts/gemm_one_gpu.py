@@ -5,13 +5,12 @@ against torch.mm: no communicator, no symmetric memory, no peer.
 
 For a host with a single GPU, or a session with no 2-GPU machine: the GEMM half of the fused
 op can be measured and tuned there. Every column is first checked against the float64
-product of the same inputs (NaN-poisoned output), then timed in interleaved blocks (each
-block runs every column once, queued behind a GPU sleep that outlasts the host's launches,
-taken again where it did not; inputs rotated past L2); the median per column is reported,
-with the ratio torch.mm / column. ``--interleave calls`` runs each block's columns call by
-call in turn instead, so torch.mm and every column meet the same clocks (long shapes'
-readings otherwise move by a few percent from block to block); the JSON's
-``block_ratios`` give each block's ratio either way.
+product of the same inputs (NaN-poisoned output), then timed in blocks (each queued behind
+a GPU sleep that outlasts the host's launches, taken again where it did not; inputs rotated
+past L2) in which torch.mm and the columns run call by call in turn, so every ratio's two
+sides meet the same clocks; the median per column is reported, with the ratio torch.mm /
+column, and the JSON's ``block_ratios`` give each block's. ``--interleave blocks`` (the
+method before docs/PERF.md (as)) runs a column's calls together, then the next column's.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
@@ -267,12 +266,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                    help="run the columns of each block in an order drawn from SEED (default: "
                         "as listed; a column listed first runs first in every block)")
-    p.add_argument("--interleave", choices=["blocks", "calls"], default="blocks",
-                   help="blocks (default): each block runs a column's --iters calls, then "
-                        "the next column's; calls: each block runs the columns call by call "
-                        "in turn, so torch.mm and each column share the GPU's clock at every "
-                        "moment (the K >= 4096 shapes' readings moved up to 6%% between runs "
-                        "in blocks, docs/PERF.md (aq))")
+    p.add_argument("--interleave", choices=["blocks", "calls"], default="calls",
+                   help="calls (default): each block runs the columns call by call in turn, "
+                        "so torch.mm and each column share the GPU's clock at every moment; "
+                        "blocks: a column's --iters calls, then the next column's (the "
+                        "48 shapes' block ratios spanned 1.6%% at the median shape against "
+                        "0.7%% call by call, docs/PERF.md (as))")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--build-jobs", type=int, default=0, metavar="J",
                    help="first compile every column's kernel that RSAR_KERNEL_CACHE lacks on "

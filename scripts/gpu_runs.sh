@@ -17,10 +17,11 @@
 #   grid    (2 GPUs) the issue's grid, N 7168 / 8192: grid.json, grid.md, grid.png
 #   checks  every GPU test suite (tests/gpu/run_all.sh OUTDIR/checks); on a one-GPU host
 #           with RSAR_ALLOW_SHARED_GPU=1 (functional only)
-#   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py)
-#   grid-calls  (1 GPU) the same 48 shapes, torch.mm and the default interleaved call by
-#           call (--interleave calls), five blocks: both sides of each ratio under the same
-#           clocks; each block's ratio in the JSON (block_ratios) and the log
+#   gemm1   (1 GPU) the GEMM alone against cuBLAS on the grid's 48 shapes (gemm_one_gpu.py,
+#           calls interleaved, three blocks)
+#   grid-calls  (1 GPU) the same 48 shapes, five blocks: each block's ratio in the JSON
+#           (block_ratios) and the log
+#   grid-blocks  (1 GPU) the same in the method before (as) (--interleave blocks), five blocks
 #   xloads  (1 GPU) the GEMM alone at M 1-64 (N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
 #           9216): the default plans against x's whole-tile box (xb0) and the one round cut
 #           along K or not (sk, sk0); the kernels built first on every core
@@ -135,7 +136,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -211,7 +212,9 @@ for s in "$@"; do
     gemm1)
       gemm_step gemm1 300 --columns default ;;
     grid-calls)
-      gemm_step grid_calls 420 --columns default --interleave calls --blocks 5 ;;
+      gemm_step grid_calls 420 --columns default --blocks 5 ;;
+    grid-blocks)
+      gemm_step grid_blocks 420 --columns default --interleave blocks --blocks 5 ;;
     xloads)
       gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
@@ -295,13 +298,13 @@ for s in "$@"; do
     narrow-stages)
       for seed in 22 23; do
         gemm_step "narrow_stages_$seed" 240 --columns default,stages4,stages5,stages6,stages7 \
-          --shuffle $seed --interleave calls --blocks 5 --shapes "$(shapes "128 256" "7168 8192")"
+          --shuffle $seed --blocks 5 --shapes "$(shapes "128 256" "7168 8192")"
       done ;;
     mid-pp)
       for seed in 24 25; do
         gemm_step "mid_pp_$seed" 300 --columns default,stages4,c2+bn176+pp+stages5,$(
           )c2+bn192+pp+stages5,c2+bn176+pp+stages6,c1+bn224+stages4 --shuffle $seed \
-          --interleave calls --blocks 5 --shapes "$(shapes "1024 2048" "7168 8192" "4096 9216");$(
+          --blocks 5 --shapes "$(shapes "1024 2048" "7168 8192" "4096 9216");$(
           )1024,8192,1024;2048,7168,1024;2048,8192,1024;$(
           shapes "4096 8192 16384" "7168 8192" "4096 9216")"
       done ;;
