@@ -83,7 +83,7 @@
 #           and the default's pairs at 7 stages, both pairs at 7 stages with ping-pong warp
 #           groups (M=512: two rounds of 112-wide pairs, one group's epilogue under the other's
 #           mainloop), M 256 / 512, N 7168 / 8192, K 1024 / 4096 / 9216, five blocks a shape
-#   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120, K 4096 / 9216: the
+#   one-round-widths  (1 GPU) one-round 1-CTA plans at N 2880 / 5120 (3072 too), K 4096 / 9216: the
 #           default (``choose_gemm_one_round_width`` since (as): the width of fewest modelled
 #           L2 reads) against every 1-CTA width 112-224, the narrowest that fits one round
 #           (the plans before that rule: 112 / 160 at N=2880, 128 at 5120) among them
@@ -96,9 +96,9 @@
 #           interleaved, two seeded orders (pn-cublas at 7: 256 x 7168 x 4096 / 9216 +2.2 / +3.7%)
 #   mid-pp  (1 GPU) the grid's M 1024 / 2048 (N 7168 / 8192, K 4096 / 9216, and the K=1024
 #           shapes below 0.97x) and M 4096-16384 at K 4096 / 9216 (ping-pong at 4 stages
-#           there -6..+7% in (ai), before 5 stages and the short ring): the default against 4 stages, 2x1-cluster ping-pong 176 / 192
-#           wide at 5 stages (176 at 6 too) and 1-CTA 224 wide at 4, calls interleaved, two
-#           seeded orders
+#           there -6..+7% in (ai), before 5 stages and the short ring): the default against 4
+#           stages, 2x1-cluster ping-pong 176 / 192 wide at 5 stages (176 at 6 too) and
+#           1-CTA 224 wide at 4, calls interleaved, two seeded orders
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
@@ -291,7 +291,7 @@ for s in "$@"; do
         --columns default,c1+bn112,c1+bn128,c1+bn144,c1+bn160,c1+bn176,c1+bn192,c1+bn208,$(
         )c1+bn224 --shuffle 20 \
         --shapes "$(shapes "264 300 392 520 584 640 776 840 896" 2880 "4096 9216");$(
-          shapes "264 300 320 384" 5120 "4096 9216")" ;;
+          shapes "264 300 320 384" 5120 "4096 9216");$(shapes "520 640" 3072 "4096 9216")" ;;
     small-m-pairs)
       gemm_step small_m_pairs 300 --columns default,pn+bn64,pn+bn112,pn+bn128,bm64+bn64 \
         --shuffle 10 --blocks 5 --shapes "$(shapes "128 256" "7168 8192" "4096 9216")" ;;
