@@ -255,7 +255,7 @@ def choose_gemm_one_round_width(M: int, N: int, K: int, sm_count: int) -> int | 
 
     One H100, every 1-CTA width 144-224 against the default at N 2880 / 5120, M 264-896, K
     4096 / 9216. Fitted on the first run (docs/PERF.md (an): its picks +8.5% over the
-    default on 14 shapes); judged on a second (docs/PERF.md (as), 20 shapes, five blocks):
+    default on 14 shapes); judged on a second (docs/PERF.md (as), 20 shapes, three blocks):
     +10.3% geomean, +3.1..+22.3%, one tie (264 x 5120 x 9216, -0.6%); the floor at 90 or
     110 tiles gave +4.8% / +5.1%. Where the default plan is 2x1 clusters (M 264-392 x 2880)
     the 1-CTA widths lost 16-24% and the rule does not apply; no grid plan (N 7168 / 8192)
