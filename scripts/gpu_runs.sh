@@ -92,8 +92,9 @@
 #           re-reading all of x from L2) against pairs along N sharing x's tile at the same
 #           widths (pn+bn64, pn+bn112, pn+bn128) and 64-row tiles 64 wide (bm64+bn64)
 #   narrow-stages  (1 GPU) the one-round pairs 112 / 128 wide at M 128 / 256 (N 7168 / 8192, K
-#           1024 / 4096 / 9216; the kernel's 3 stages): the default against 4-7 stages, calls
-#           interleaved, two seeded orders (pn-cublas at 7: 256 x 7168 x 4096 / 9216 +2.2 / +3.7%)
+#           1024 / 4096 / 9216; 6 stages fit beside their whole-tile ring): the default against
+#           4-7 stages, calls interleaved, two seeded orders (pn-cublas (as) at 7: 256 x 7168 x
+#           4096 / 9216 +2.2 / +3.7% in blocks; (ap): 4-8 within 0.3%)
 #   mid-pp  (1 GPU) the grid's M 1024 / 2048 (N 7168 / 8192, K 4096 / 9216, and the K=1024
 #           shapes below 0.97x) and M 4096-16384 at K 4096 / 9216 (ping-pong at 4 stages
 #           there -6..+7% in (ai), before 5 stages and the short ring): the default against 4

@@ -532,7 +532,8 @@ def test_gemm_one_round_width(monkeypatch, M, N, K, want):
     forces the width the plan is the one the other rules make."""
     import launch.plan
     from launch import Dtypes, Hardware, Shape, Tuning, resolve
-    from launch.rules import BM, ROUND_L2_TILES, choose_gemm_one_round_width
+    from launch.geometry import BM, ceil_div
+    from launch.rules import ROUND_L2_TILES, choose_gemm_one_round_width
     hw = Hardware("sm_90a", 132)
     shape = Shape(M, N, K, "gemm")
     forcing = Tuning(cta_group=1, bn=128)
@@ -546,10 +547,10 @@ def test_gemm_one_round_width(monkeypatch, M, N, K, want):
         assert choose_gemm_one_round_width(M, N, K, 132) == want
         assert (plan.bn, plan.cta_group, plan.rounds) == (want, 1, 1) != (plan0.bn, 1, 1)
         assert (plan0.cta_group, plan0.rounds) == (1, 1)
-        rows = -(-M // BM)  # no width of the timed range that fits one round reads less
-        reads = lambda b: (BM + b) * max(rows * -(-N // b), ROUND_L2_TILES)
+        rows = ceil_div(M, BM)  # no width of the timed range that fits one round reads less
+        reads = lambda b: (BM + b) * max(rows * ceil_div(N, b), ROUND_L2_TILES)
         assert all(reads(b) >= reads(want) for b in range(112, 225, 16)
-                   if rows * -(-N // b) <= 132)
+                   if rows * ceil_div(N, b) <= 132)
     else:
         assert plan == plan0
         if K < 4096:
