@@ -12,7 +12,7 @@ shapes it moved.
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width of fewest modelled L2 reads, 112-224 | (an), (as) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
-| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds) | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq) |
+| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096 and M >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 176 / 192 wide | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 filling one round | (aq) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
@@ -32,7 +32,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 | 4 mainloop stages; 5 for ping-pong | (s), (t), (ao), (ap) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two tile rows, K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs | (s), (t), (ao), (ap), (at) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -296,12 +296,27 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
       8192): faster in both runs (one H200: +1.9..+30%, geomean +9.1%; one H100:
       +1.9..+38%, +12.0%), and 1536 x 7168, which it keeps cooperative, faster cooperative
       in three runs (+1..+5%);
-    - M 512-1024 (one or two tiles a lane, ratio 1.12-1.21): -5..-35%."""
+    - M 512-1024 (one or two tiles a lane, ratio 1.12-1.21): -5..-35%.
+
+    At K >= 4096 (plan depth), from M=4096, the same model with ``PINGPONG_EPILOGUE_DEEP``
+    where the ping-pong plan is 176 or 192 wide (the widths timed there, at 5 stages:
+    ``default_stages``). One H100, same-run A/B against the cooperative plans, calls
+    interleaved, two seeded column orders (docs/PERF.md (at)), N 7168 / 8192, K 4096 / 9216:
+    the ten shapes it moves (ratio 1.043-1.071, 10-42 tiles a lane) faster in both orders,
+    +1.0..+4.9% (8192 x 8192 x 4096 +3.6 / +3.6%; 16384 x 7168 x 9216 +2.0 / +1.0% at 192
+    wide); 4096 x 8192 (ratio 1.093 at 11 tiles: kept cooperative) -0.9..-2.2%. e = 0.09 puts
+    the bound between those two ratios. Below M=4096 it stays cooperative: at M 1536-3072
+    (PERF.md (as), in blocks) shapes this bound would move lost up to 5.6% (3072 x 8192 x
+    9216) beside others that won (2048 x 7168 x 4096 / 9216, 176 wide, in three readings).
+    Between K=1024 and 4096 nothing was timed."""
+    tiles = pingpong.rounds - pingpong.lag
     if K > 1024:
-        return False
+        return (K >= 4096 and M >= 4096 and pingpong.bn in PINGPONG_DEEP_NS
+                and tiles >= PINGPONG_MIN_ROUNDS
+                and lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE_DEEP / tiles)
+                <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE_DEEP))
     if M >= 4096:
         return True
-    tiles = pingpong.rounds - pingpong.lag
     return tiles >= PINGPONG_MIN_ROUNDS and (
         lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE / tiles)
         <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE))
@@ -311,6 +326,10 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
 # lane cost at K <= 1024, and the tiles a lane needs (fewer were not measured to win)
 PINGPONG_EPILOGUE = 0.14
 PINGPONG_MIN_ROUNDS = 3
+# ``choose_gemm_pingpong`` at K >= 4096 from M=4096: the model's share there, and the
+# ping-pong widths timed (docs/PERF.md (at))
+PINGPONG_EPILOGUE_DEEP = 0.09
+PINGPONG_DEEP_NS = (176, 192)
 
 
 # The width of the plain GEMM's 64-row tiles at M <= 64 (``choose_gemm_rows64``)
@@ -456,14 +475,43 @@ def default_push_window(arch: str, transport: str, push: str, plan: TilePlan) ->
     return int(plan.mode == "rs" and plan.peers_first)
 
 
+# The mainloop stages of the GEMM alone's one round of 112-wide pairs along M at two tile
+# rows and K >= 4096 (``narrow_pairs_deep``)
+NARROW_PAIR_STAGES = 7
+
+
+def narrow_pairs_deep(plan: TilePlan) -> bool:
+    """Whether the plain sm90 GEMM's plan is one round of 112-wide 128-row tiles paired along
+    M (2x1 clusters sharing w's tile) over two tile rows (M 129-256) at a plan depth K >=
+    4096, where ``default_stages`` gives it ``NARROW_PAIR_STAGES`` mainloop stages: the
+    kernel's own 6 fit beside the whole-tile ring, a seventh leaves the ring 3 of the tile's
+    7 16-column slots (the store warp hands them back slot by slot). Each CTA streams all of
+    its x rows and half of w's tile from L2 with nothing to overlap but the next k-block, so a
+    deeper queue of loads is what such a memory-bound round runs on.
+
+    One H100, same-run A/B against the default's 6 at M=256 (docs/PERF.md (at), calls
+    interleaved, two seeded column orders, five blocks each): 256 x 7168 x 4096 +1.9 / +2.1%,
+    256 x 7168 x 9216 +4.2 / +3.9%; in blocks a session earlier (PERF.md (as), ``pn-cublas``)
+    +2.2 / +3.7%. At K=1024 +0.5 / -0.3% (left at 6); 4-6 stages -0.6..+1.3% at every M=256
+    shape. M=128 (64-row pairs, ``choose_gemm_rows64_pairs``) at 7: -1.3..+2.0%, no rule;
+    128-wide pairs (256 x 8192) leave no room for a seventh stage. Timed at N=7168 (the
+    grid's 112-wide pairs); M 129-255 run the same plan with fewer rows in the last tile row."""
+    return (plan.mode == "gemm" and plan.cta_group == 2 and not plan.pair_n
+            and plan.bn == 112 and plan.bm == 128 and plan.tiles_m == 2 and plan.rounds == 1
+            and plan.K >= 4096)
+
+
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
                    tma_store: int = 0, pingpong: int = 0) -> int:
     """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, or where the GEMM
     alone stores by TMA (``tma_store``) at those widths and a plan depth K <= 1024 (timed on
     bf16; fp16 moves the same bytes at the same MMA rate, and an fp8 call plans as bf16 at
     half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) on 2x1
-    clusters 176 or 192 wide at K <= 1024 (``choose_gemm_pingpong``'s plans); else 0 (the
-    kernel's own: 3 mainloop stages with a whole-tile sub-tile ring, 4 for ping-pong).
+    clusters 176 or 192 wide at K <= 1024 or K >= 4096 (``choose_gemm_pingpong``'s plans;
+    at K >= 4096 the rule's gains were timed at 5, docs/PERF.md (at)); 7 on its one round of
+    112-wide pairs at two tile rows and K >= 4096 (``narrow_pairs_deep``); else 0 (the
+    kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 / 256
+    wide, 6 at 112 / 128; 4 for ping-pong).
 
     Ping-pong at five stages: the ring then holds less than a tile, which the store warp's
     slot-by-slot hand-back (below) makes cheap, and the two warp groups' mainloops get a fifth
@@ -471,8 +519,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     (docs/PERF.md (ap)): all six shapes of ``choose_gemm_pingpong`` (M 4096-16384, N 7168 /
     8192, K=1024) faster in both, +0.5..+3.5% and +1.7..+4.1% (16384 x 7168 x 1024 1.14x ->
     1.19x cuBLAS in the second); a third run tied (-0.8..+0.7%, within that run's 2% spread
-    of one kernel under two names). Ping-pong forced elsewhere (1-CTA, other widths, longer K)
-    was not timed at five stages and keeps four.
+    of one kernel under two names). Ping-pong forced elsewhere (1-CTA, other widths, K
+    between 1024 and 4096) was not timed at five stages and keeps four.
 
     The fused op: the ring's depth lets a lane's MMA warps start its next tile while the
     last one is pushed; with at most two tiles per lane there is little next tile to start,
@@ -496,9 +544,11 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     lost 1-6% from four tiles a lane ((s))."""
     if arch != "sm_90a" or transport != "unicast" or push == "lsu" or plan.sk:
         return 0
+    if tma_store and not pingpong and narrow_pairs_deep(plan):
+        return NARROW_PAIR_STAGES
+    if tma_store and plan.mode == "gemm" and pingpong and (plan.K <= 1024 or plan.K >= 4096):
+        return 5 if plan.cta_group == 2 and plan.bn in PINGPONG_DEEP_NS else 0
     if tma_store and plan.mode == "gemm" and plan.K <= 1024:
-        if pingpong:
-            return 5 if plan.cta_group == 2 and plan.bn in (176, 192) else 0
         if plan.bn in (224, 256):
             return 4
     if plan.K < 2048 or plan.split_row:

@@ -402,14 +402,16 @@ def test_lean_exit_knob(variants):
 
 def test_pingpong_knob(variants):
     """``Tuning.pingpong``: None leaves it to ``choose_gemm_pingpong`` (the GEMM alone at
-    K <= 1024 with 3+ tiles a lane; never fused), False turns it off; forced, it reaches the variant
+    K <= 1024 with 3+ tiles a lane, at K >= 4096 from M=4096 where its model says so, never
+    between; never fused), False turns it off; forced, it reaches the variant
     where the plan's width fits (192 on the GEMM alone, 160 fused), turns the split-K tail
     off in the plan, and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
-    for M, K, mode, want in ((4096, 1024, "gemm", 1), (4096, 9216, "gemm", 0),
+    for M, K, mode, want in ((4096, 1024, "gemm", 1), (4096, 9216, "gemm", 1),
+                             (4096, 2048, "gemm", 0), (2048, 9216, "gemm", 0),
                              (2048, 1024, "gemm", 1), (1024, 1024, "gemm", 0),
-                             (4096, 1024, "rs", 0)):
+                             (4096, 1024, "rs", 0), (4096, 9216, "rs", 0)):
         plan, _ = op._plan_and_kernel(M, K, mode)
         assert variants[-1].pingpong == want == plan.pingpong, (M, K, mode)
         if want:
@@ -555,3 +557,46 @@ def test_gemm_one_round_width(monkeypatch, M, N, K, want):
         assert plan == plan0
         if K < 4096:
             assert choose_gemm_one_round_width(M, N, K, 132) is None
+
+
+@pytest.mark.parametrize("M,N,K,want", [
+    # moved (PERF.md (at), lane-cost ratio 1.043-1.071, 10-42 tiles a lane)
+    (4096, 7168, 4096, 176), (8192, 7168, 9216, 176), (16384, 7168, 4096, 192),
+    (8192, 8192, 4096, 192), (16384, 8192, 9216, 192),
+    # cooperative: ratio 1.093 at 11 tiles (lost there), below M=4096, K between 1024 and 4096
+    (4096, 8192, 4096, None), (4096, 8192, 9216, None), (2048, 7168, 4096, None),
+    (3072, 7168, 9216, None), (8192, 7168, 2048, None)])
+def test_gemm_pingpong_at_long_k(M, N, K, want):
+    """``choose_gemm_pingpong`` at K >= 4096: ping-pong 176 / 192 wide on 2x1 clusters at 5
+    stages from M=4096 where the model at ``PINGPONG_EPILOGUE_DEEP`` says so; bf16's rule
+    only (fp16 keeps the cooperative plan)."""
+    from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
+    hw = Hardware("sm_90a", 132, 132)
+    v = resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast")
+    if want is None:
+        assert not v.pingpong, v
+    else:
+        assert (v.pingpong, v.bn, v.cta_group, v.stages) == (1, want, 2, 5), v
+    assert not resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16")).pingpong
+
+
+@pytest.mark.parametrize("M,N,K,want", [
+    (256, 7168, 4096, 7), (256, 7168, 9216, 7), (200, 7168, 4096, 7),
+    # K=1024 tied; 64-row pairs at M=128; 128-wide pairs have no room; 224-wide plans
+    (256, 7168, 1024, 0), (128, 7168, 4096, 0), (256, 8192, 4096, 0), (512, 7168, 4096, 4)])
+def test_narrow_pairs_take_seven_stages(M, N, K, want):
+    """``default_stages`` gives the one round of 112-wide pairs at two tile rows and K >= 4096
+    7 mainloop stages (``narrow_pairs_deep``), which the kernel fits beside a 3-slot ring;
+    ``Tuning.stages`` still overrides it, and the fused op's plans keep theirs."""
+    from launch.resolve import Hardware, Shape, Tuning, resolve_variant
+    from launch.sm90_kernel import Sm90FusedKernel
+    hw = Hardware("sm_90a", 132, 132)
+    v = resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast")
+    assert v.stages == want, v
+    if want == 7:
+        k = Sm90FusedKernel(v)
+        assert (k.ab_stage, k.epi_slots) == (7, 3)
+        assert resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast",
+                               tuning=Tuning(stages=6)).stages == 6
+        for mode in ("rs", "ar"):
+            assert resolve_variant(Shape(M, N, K, mode), hw, 2, "unicast").stages != 7

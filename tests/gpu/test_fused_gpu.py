@@ -309,14 +309,19 @@ def test_push_all_ar(comm, M, N, K, bn):
 def test_default_small_m_plans(comm, M, K):
     """The small-M defaults (``choose_push_all``, ``choose_gemm_width``): push-all AR where
     the rule picks it at world 2 over unicast; for the GEMM alone 64-row tiles 112 wide at M
-    <= 64 (``choose_gemm_rows64``), 64-wide tiles at one tile row above; correct, and AR's
-    result the same on both ranks bit for bit."""
+    <= 64 (``choose_gemm_rows64``), 1-CTA, and at 64 < M <= 128 on 2x1 clusters along M
+    (``choose_gemm_rows64_pairs``: at N=7168 the narrowest width whose tile columns fit one
+    round is 112), 128-row tiles above; correct, and AR's result the same on both ranks bit
+    for bit."""
     op = get_op(comm, 7168, True)
     push_all = comm.Get_size() == 2 and op.transport == "unicast" and (
         M <= 128 or (M <= 256 and K >= 4096))
     assert op.plan(M, K).push_all == push_all
     g = op.plan(M, K, "gemm")
-    assert (g.bm, g.bn) == (64, 112) if M <= 64 else (g.bm == 128 and (g.bn == 64) == (M <= 128))
+    if M <= 128:
+        assert (g.bm, g.bn, g.cta_group) == (64, 112, 1 if M <= 64 else 2)
+    else:
+        assert g.bm == 128
     x, w = _check_same_on_every_rank(comm, op, M * 13 + K, M, K)
     assert rel_error(op.gemm_only(x, w), x.double() @ w.double().t()) < TOL
 
