@@ -249,9 +249,9 @@ def choose_gemm_one_round_width(M: int, N: int, K: int, sm_count: int) -> int | 
     the reads of x's and w's tiles from L2, (BM + BN) x K a tile: with fewer than
     ``ROUND_L2_TILES`` tiles each SM's own reads set the pace (a wider tile costs more), with
     more L2's bandwidth over all of them does (more, narrower tiles read x again). So the
-    width of least ``(BM + BN) x max(tiles, ROUND_L2_TILES)`` among ``ONE_ROUND_NS`` whose
-    tiles fit one round (partial tiles at N's edge allowed), where ``lane_cost`` counts
-    columns and took the narrowest that fits.
+    width of least ``(BM + BN) x max(tiles, ROUND_L2_TILES)`` among ``ONE_ROUND_NS`` that
+    divide N and whose tiles fit one round, where ``lane_cost`` counts columns and took the
+    narrowest that fits.
 
     One H100, every 1-CTA width 144-224 against the default at N 2880 / 5120, M 264-896, K
     4096 / 9216. Fitted on the first run (docs/PERF.md (an): its picks +8.5% over the
@@ -259,12 +259,16 @@ def choose_gemm_one_round_width(M: int, N: int, K: int, sm_count: int) -> int | 
     +10.3% geomean, +3.1..+22.3%, one tie (264 x 5120 x 9216, -0.6%); the floor at 90 or
     110 tiles gave +4.8% / +5.1%. Where the default plan is 2x1 clusters (M 264-392 x 2880)
     the 1-CTA widths lost 16-24% and the rule does not apply; no grid plan (N 7168 / 8192)
-    is a one-round 1-CTA plan at K >= 4096."""
+    is a one-round 1-CTA plan at K >= 4096. A third run on the rule's own code (PERF.md (at),
+    calls interleaved): its widths beat the ones it replaced at all 14 moved shapes of N 2880
+    / 5120 (+4.6..+17.6%), but at N=3072 (M 520 / 640) its 160 (a 32-column tile at N's
+    edge) lost to the 128 it replaced at three of four shapes (-5..-8%): the widths are
+    those dividing N, as every width that won was."""
     rows = ceil_div(M, BM)
     if K < 4096 or not 3 <= rows <= 7:
         return None
     fits = [((BM + b) * max(rows * ceil_div(N, b), ROUND_L2_TILES), b) for b in ONE_ROUND_NS
-            if b <= N and rows * ceil_div(N, b) <= sm_count]
+            if N % b == 0 and rows * ceil_div(N, b) <= sm_count]
     return min(fits)[1] if fits else None
 
 

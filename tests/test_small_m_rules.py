@@ -526,12 +526,15 @@ def test_gemm_partial_width(M, K):
 @pytest.mark.parametrize("M,N,want", [
     (264, 2880, None), (392, 2880, None),  # 2x1 clusters: the rule leaves them
     (520, 2880, 144), (640, 2880, 144), (776, 2880, 192), (896, 2880, 192),
-    (264, 5120, 160), (384, 5120, 160), (1024, 2880, None), (256, 5120, None)])
+    (264, 5120, 160), (384, 5120, 160), (1024, 2880, None), (256, 5120, None),
+    # 160 (a 32-column tile at N's edge) lost to the 128 it replaced: no width dividing 3072
+    # reads less than 128, which the other rules chose
+    (520, 3072, 128), (640, 3072, 128)])
 def test_gemm_one_round_width(monkeypatch, M, N, K, want):
     """``choose_gemm_one_round_width``: the bf16 GEMM alone's one-round 1-CTA plan at 3-7 tile
-    rows and K >= 4096 takes the width of fewest modelled L2 reads (the picks timed in
-    docs/PERF.md (as)); at K=1024, on pairs, outside those rows, in fp16 and where a Tuning
-    forces the width the plan is the one the other rules make."""
+    rows and K >= 4096 takes the width dividing N of fewest modelled L2 reads (the picks
+    timed in docs/PERF.md (as), (at)); at K=1024, on pairs, outside those rows, in fp16 and
+    where a Tuning forces the width the plan is the one the other rules make."""
     import launch.plan
     from launch import Dtypes, Hardware, Shape, Tuning, resolve
     from launch.geometry import BM, ceil_div
@@ -545,14 +548,16 @@ def test_gemm_one_round_width(monkeypatch, M, N, K, want):
     plan0, f16_0, forced0 = (resolve(shape, hw, 2, "unicast", d, t)[0] for d, t in (
         (Dtypes(), Tuning()), (Dtypes("f16"), Tuning()), (Dtypes(), forcing)))
     assert f16 == f16_0 and forced == forced0 and forced.bn == 128
-    if K >= 4096 and want:
+    if K >= 4096 and want == plan0.bn:
+        assert choose_gemm_one_round_width(M, N, K, 132) == want and plan == plan0
+    elif K >= 4096 and want:
         assert choose_gemm_one_round_width(M, N, K, 132) == want
         assert (plan.bn, plan.cta_group, plan.rounds) == (want, 1, 1) != (plan0.bn, 1, 1)
         assert (plan0.cta_group, plan0.rounds) == (1, 1)
         rows = ceil_div(M, BM)  # no width of the timed range that fits one round reads less
         reads = lambda b: (BM + b) * max(rows * ceil_div(N, b), ROUND_L2_TILES)
         assert all(reads(b) >= reads(want) for b in range(112, 225, 16)
-                   if rows * ceil_div(N, b) <= 132)
+                   if N % b == 0 and rows * ceil_div(N, b) <= 132)
     else:
         assert plan == plan0
         if K < 4096:
