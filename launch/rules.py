@@ -260,8 +260,8 @@ def choose_gemm_one_round_width(M: int, N: int, K: int, sm_count: int) -> int | 
     110 tiles gave +4.8% / +5.1%. Where the default plan is 2x1 clusters (M 264-392 x 2880)
     the 1-CTA widths lost 16-24% and the rule does not apply; no grid plan (N 7168 / 8192)
     is a one-round 1-CTA plan at K >= 4096. A third run on the rule's own code (PERF.md (at),
-    calls interleaved): its widths beat the ones it replaced at all 14 moved shapes of N 2880
-    / 5120 (+4.6..+17.6%), but at N=3072 (M 520 / 640) its 160 (a 32-column tile at N's
+    calls interleaved): its widths beat the ones it replaced at all 20 moved shapes of N 2880
+    / 5120 (+4.6..+17.7%), but at N=3072 (M 520 / 640) its 160 (a 32-column tile at N's
     edge) lost to the 128 it replaced at three of four shapes (-5..-8%): the widths are
     those dividing N, as every width that won was."""
     rows = ceil_div(M, BM)

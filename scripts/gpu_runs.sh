@@ -100,6 +100,12 @@
 #           there -6..+7% in (ai), before 5 stages and the short ring): the default against 4
 #           stages, 2x1-cluster ping-pong 176 / 192 wide at 5 stages (176 at 6 too) and
 #           1-CTA 224 wide at 4, calls interleaved, two seeded orders
+#   pp-deep  (1 GPU) ping-pong at K >= 4096 on its own code (``choose_gemm_pingpong`` since
+#           PERF.md (at): M 4096-16384 where its lane-cost model says so, 176 / 192 wide at 5
+#           stages): the default against the cooperative plan (pp0) at M 4096 / 8192 / 16384,
+#           N 2880 / 5120 / 7168 / 8192 / 14336 (off the grid the rule moves plans untimed), K
+#           4096 / 9216, and 176 wide at 2048 x 7168 (below M=4096, won in three readings),
+#           calls interleaved, two seeded orders
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
@@ -137,7 +143,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -308,6 +314,13 @@ for s in "$@"; do
           --blocks 5 --shapes "$(shapes "1024 2048" "7168 8192" "4096 9216");$(
           )1024,8192,1024;2048,7168,1024;2048,8192,1024;$(
           shapes "4096 8192 16384" "7168 8192" "4096 9216")"
+      done ;;
+    pp-deep)
+      for seed in 26 27; do
+        gemm_step "pp_deep_$seed" 300 --columns default,pp0,c2+bn176+pp+stages5 \
+          --shuffle $seed --blocks 5 --shapes "$(
+          shapes "4096 8192 16384" "2880 5120 7168 8192 14336" "4096 9216");$(
+          shapes 2048 7168 "4096 9216")"
       done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
