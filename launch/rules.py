@@ -10,7 +10,7 @@ shapes it moved.
 |---|---|---|---|
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
-| ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width of fewest modelled L2 reads, 112-224 | (an), (as) |
+| ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width dividing N of fewest modelled L2 reads, 112-224 | (an), (as), (at) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096 and M >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 176 / 192 wide | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
