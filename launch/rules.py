@@ -315,7 +315,7 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     Between K=1024 and 4096 nothing was timed."""
     tiles = pingpong.rounds - pingpong.lag
     if K > 1024:
-        return (K >= 4096 and M >= 4096 and pingpong.bn in PINGPONG_DEEP_NS
+        return (K >= 4096 and M >= 4096 and pingpong.bn in PINGPONG_FIVE_STAGE_NS
                 and tiles >= PINGPONG_MIN_ROUNDS
                 and lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE_DEEP / tiles)
                 <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE_DEEP))
@@ -330,10 +330,12 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
 # lane cost at K <= 1024, and the tiles a lane needs (fewer were not measured to win)
 PINGPONG_EPILOGUE = 0.14
 PINGPONG_MIN_ROUNDS = 3
-# ``choose_gemm_pingpong`` at K >= 4096 from M=4096: the model's share there, and the
-# ping-pong widths timed (docs/PERF.md (at))
+# ``choose_gemm_pingpong`` at K >= 4096 from M=4096: the model's share there (docs/PERF.md
+# (at))
 PINGPONG_EPILOGUE_DEEP = 0.09
-PINGPONG_DEEP_NS = (176, 192)
+# The ping-pong widths timed at 5 mainloop stages (K <= 1024 (ap), K >= 4096 (at)):
+# ``default_stages`` gives them 5, and at K >= 4096 ``choose_gemm_pingpong`` takes no other
+PINGPONG_FIVE_STAGE_NS = (176, 192)
 
 
 # The width of the plain GEMM's 64-row tiles at M <= 64 (``choose_gemm_rows64``)
@@ -551,7 +553,7 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     if tma_store and not pingpong and narrow_pairs_deep(plan):
         return NARROW_PAIR_STAGES
     if tma_store and plan.mode == "gemm" and pingpong and (plan.K <= 1024 or plan.K >= 4096):
-        return 5 if plan.cta_group == 2 and plan.bn in PINGPONG_DEEP_NS else 0
+        return 5 if plan.cta_group == 2 and plan.bn in PINGPONG_FIVE_STAGE_NS else 0
     if tma_store and plan.mode == "gemm" and plan.K <= 1024:
         if plan.bn in (224, 256):
             return 4
