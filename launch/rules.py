@@ -12,7 +12,7 @@ shapes it moved.
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width dividing N of fewest modelled L2 reads, 112-224 | (an), (as), (at) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
-| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096 and M >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 176 / 192 wide | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at) |
+| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 filling one round | (aq) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
@@ -309,13 +309,16 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     the ten shapes it moves (ratio 1.043-1.071, 10-42 tiles a lane) faster in both orders,
     +1.0..+4.9% (8192 x 8192 x 4096 +3.6 / +3.6%; 16384 x 7168 x 9216 +2.0 / +1.0% at 192
     wide); 4096 x 8192 (ratio 1.093 at 11 tiles: kept cooperative) -0.9..-2.2%. e = 0.09 puts
-    the bound between those two ratios. Below M=4096 it stays cooperative: at M 1536-3072
-    (PERF.md (as), in blocks) shapes this bound would move lost up to 5.6% (3072 x 8192 x
-    9216) beside others that won (2048 x 7168 x 4096 / 9216, 176 wide, in three readings).
-    Between K=1024 and 4096 nothing was timed."""
+    the bound between those two ratios. Below M=4096 the model takes only 176-wide plans
+    (``PINGPONG_DEEP_MID_N``): 2048 x 7168 x 4096 / 9216 (ratio 1.039, 5 tiles a lane) ran
+    faster at 176 wide in five readings, +1.7..+2.9% (one H100, docs/PERF.md (as), (at),
+    (au)), while the 192-wide plans it picks at M 1536-3072 were mixed in (as) (2560 / 3072
+    x 7168: +3.0 / -2.4%; 3072 x 8192 x 9216: -5.6%). Between K=1024 and 4096 nothing was
+    timed."""
     tiles = pingpong.rounds - pingpong.lag
     if K > 1024:
-        return (K >= 4096 and M >= 4096 and pingpong.bn in PINGPONG_FIVE_STAGE_NS
+        widths = PINGPONG_FIVE_STAGE_NS if M >= 4096 else (PINGPONG_DEEP_MID_N,)
+        return (K >= 4096 and pingpong.bn in widths
                 and tiles >= PINGPONG_MIN_ROUNDS
                 and lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE_DEEP / tiles)
                 <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE_DEEP))
@@ -336,6 +339,8 @@ PINGPONG_EPILOGUE_DEEP = 0.09
 # The ping-pong widths timed at 5 mainloop stages (K <= 1024 (ap), K >= 4096 (at)):
 # ``default_stages`` gives them 5, and at K >= 4096 ``choose_gemm_pingpong`` takes no other
 PINGPONG_FIVE_STAGE_NS = (176, 192)
+# ``choose_gemm_pingpong`` at K >= 4096 below M=4096: the one width measured to win there
+PINGPONG_DEEP_MID_N = 176
 
 
 # The width of the plain GEMM's 64-row tiles at M <= 64 (``choose_gemm_rows64``)

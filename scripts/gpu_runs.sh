@@ -322,6 +322,31 @@ for s in "$@"; do
           shapes "4096 8192 16384" "2880 5120 7168 8192 14336" "4096 9216");$(
           shapes 2048 7168 "4096 9216")"
       done ;;
+    pp-deep-mid)
+      # ping-pong 176 at K >= 4096 below M=4096 (the rule's own code) against the cooperative
+      # plan, at shapes off the grid it moves untimed, and 2048 x 7168
+      for seed in 28 29; do
+        gemm_step "pp_deep_mid_$seed" 300 --columns default,pp0 --shuffle $seed --blocks 5 \
+          --shapes "$(shapes "1920 2688 3968" 7168 "4096 9216");$(
+          shapes "1664 2688 3456" 8192 "4096 9216");$(shapes "2688 3712" 5120 "4096 9216");$(
+          shapes "1024 1920" 14336 "4096 9216");$(shapes "1664 3456" 16384 "4096 9216");$(
+          shapes 3456 3072 "4096 9216");$(shapes "2176 3200" 6144 "4096 9216");$(
+          shapes 2048 7168 "4096 9216")"
+      done ;;
+    k1024-sweep)
+      # every plan form the kernels take at the K=1024 shapes still below 0.97x cuBLAS
+      gemm_step k1024_256 200 --shuffle 30 --blocks 5 --shapes "256,7168,1024;256,8192,1024" \
+        --columns default,stages5,stages6,stages7,pn+bn112+stages7,c2+bm64+bn224,$(
+        )c2+bn112+pp,c2+bn112+pp+stages7,c2+bn128,c1+bn224,c1+bn224+sk
+      gemm_step k1024_512 200 --shuffle 31 --blocks 5 --shapes "512,7168,1024;512,8192,1024" \
+        --columns default,c2+bn224,c1+bn256+sk,c2+bm64+bn224,c1+bn192+pp,c1+bn112+pp,$(
+        )c1+bn128+pp,c2+bn112+pp,c2+bn112+stages7,c1+bn176+pp
+      gemm_step k1024_2048 200 --shuffle 32 --blocks 5 --shapes "2048,7168,1024;2048,8192,1024" \
+        --columns default,c2+bn176+pp+stages4,c2+bn176+pp+band2,c2+bn176+pp+band4,$(
+        )c2+bn176+pp+band8,c2+bn192+pp,c2+bn160+pp,c2+bn144+pp,c2+bn176,c1+bn176+pp
+      gemm_step k1024_1024 200 --shuffle 33 --blocks 5 --shapes "1024,8192,1024;1024,7168,1024" \
+        --columns default,c2+bn256,c1+bn256+sk,c2+bn128+pp,c2+bn208,c2+bn192+pp,$(
+        )c1+bn256+band4,c1+bn224,c1+bn128+pp,c1+bn192+pp ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-pn)
