@@ -402,14 +402,15 @@ def test_lean_exit_knob(variants):
 
 def test_pingpong_knob(variants):
     """``Tuning.pingpong``: None leaves it to ``choose_gemm_pingpong`` (the GEMM alone at
-    K <= 1024 with 3+ tiles a lane, at K >= 4096 from M=4096 where its model says so, never
-    between; never fused), False turns it off; forced, it reaches the variant
+    K <= 1024 with 3+ tiles a lane, at K >= 4096 where its model says so (176 wide below
+    M=4096), never between; never fused), False turns it off; forced, it reaches the variant
     where the plan's width fits (192 on the GEMM alone, 160 fused), turns the split-K tail
     off in the plan, and is refused before any launch elsewhere, the op still usable after."""
     from rsar_core.errors import RsarValueError
     op = _op("rs")
     for M, K, mode, want in ((4096, 1024, "gemm", 1), (4096, 9216, "gemm", 1),
-                             (4096, 2048, "gemm", 0), (2048, 9216, "gemm", 0),
+                             (4096, 2048, "gemm", 0), (2048, 9216, "gemm", 1),
+                             (1536, 9216, "gemm", 0),
                              (2048, 1024, "gemm", 1), (1024, 1024, "gemm", 0),
                              (4096, 1024, "rs", 0), (4096, 9216, "rs", 0)):
         plan, _ = op._plan_and_kernel(M, K, mode)
@@ -568,13 +569,18 @@ def test_gemm_one_round_width(monkeypatch, M, N, K, want):
     # moved (PERF.md (at), lane-cost ratio 1.043-1.071, 10-42 tiles a lane)
     (4096, 7168, 4096, 176), (8192, 7168, 9216, 176), (16384, 7168, 4096, 192),
     (8192, 8192, 4096, 192), (16384, 8192, 9216, 192),
-    # cooperative: ratio 1.093 at 11 tiles (lost there), below M=4096, K between 1024 and 4096
-    (4096, 8192, 4096, None), (4096, 8192, 9216, None), (2048, 7168, 4096, None),
-    (3072, 7168, 9216, None), (8192, 7168, 2048, None)])
+    # below M=4096 176 wide only (PERF.md (au)): 2048 x 7168 moves
+    (2048, 7168, 4096, 176), (2048, 7168, 9216, 176), (1024, 14336, 4096, 176),
+    # cooperative: ratio 1.093 at 11 tiles (lost there); below M=4096 the model's 192-wide
+    # plans (3072 x 7168, 1536 x 8192) and ratios above the bound (1536 x 7168, 2048 x
+    # 8192); K between 1024 and 4096
+    (4096, 8192, 4096, None), (4096, 8192, 9216, None), (3072, 7168, 9216, None),
+    (1536, 8192, 4096, None), (1536, 7168, 4096, None), (2048, 8192, 9216, None),
+    (2048, 7168, 2048, None), (8192, 7168, 2048, None)])
 def test_gemm_pingpong_at_long_k(M, N, K, want):
     """``choose_gemm_pingpong`` at K >= 4096: ping-pong 176 / 192 wide on 2x1 clusters at 5
-    stages from M=4096 where the model at ``PINGPONG_EPILOGUE_DEEP`` says so; bf16's rule
-    only (fp16 keeps the cooperative plan)."""
+    stages from M=4096, 176 wide below it, where the model at ``PINGPONG_EPILOGUE_DEEP``
+    says so; bf16's rule only (fp16 keeps the cooperative plan)."""
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
     hw = Hardware("sm_90a", 132, 132)
     v = resolve_variant(Shape(M, N, K, "gemm"), hw, 2, "unicast")
