@@ -143,7 +143,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -347,6 +347,14 @@ for s in "$@"; do
       gemm_step k1024_1024 200 --shuffle 33 --blocks 5 --shapes "1024,8192,1024;1024,7168,1024" \
         --columns default,c2+bn256,c1+bn256+sk,c2+bn128+pp,c2+bn208,c2+bn192+pp,$(
         )c1+bn256+band4,c1+bn224,c1+bn128+pp,c1+bn192+pp ;;
+    k1024-band)
+      # tiles walked in bands of 8 pair rows at K=1024 (row-major there since (d)), on the
+      # cooperative and the ping-pong plans
+      for seed in 34 35; do
+        gemm_step "k1024_band_$seed" 300 --shuffle $seed --blocks 5 --columns $(
+          )default,band8,c2+bn176+pp,c2+bn176+pp+band8,c2+bn192+pp,c2+bn192+pp+band8 \
+          --shapes "$(shapes "2048 3072 4096 8192 16384" "7168 8192" 1024)"
+      done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-pn)
