@@ -22,10 +22,14 @@ def test_a_bad_column_is_refused_before_a_gpu_is_touched():
 def test_columns_are_the_plans_they_name():
     from launch.plan import make_plan
     mod = _module()
-    plan, v = mod.column_plan("default", 2048, 7168, 4096)
-    assert plan == make_plan(2048, 7168, 4096, 2, 132, "gemm")
+    plan, v = mod.column_plan("default", 2048, 8192, 4096)
+    assert plan == make_plan(2048, 8192, 4096, 2, 132, "gemm")
     assert (v.mode, v.bn, v.cta_group, v.pdl, v.push, v.stages) == ("gemm", plan.bn,
                                                                     plan.cta_group, 1, "tma", 0)
+    # the GEMM alone's rules (ping-pong at 2048 x 7168 x 4096) are the default column's
+    plan, v = mod.column_plan("default", 2048, 7168, 4096)
+    assert plan == make_plan(2048, 7168, 4096, 2, 132, "gemm", pingpong=None)
+    assert (plan.pingpong, v.pingpong, v.bn, v.stages) == (True, 1, 176, 5)
     # the op's default_stages where it applies; stages3 turns it off
     assert mod.column_plan("default", 1024, 7168, 4096)[1].stages == 4
     assert mod.column_plan("stages3", 1024, 7168, 4096)[1].stages == 3
@@ -49,9 +53,10 @@ def test_columns_are_the_plans_they_name():
     half = mod.column_plan("c1+bn256", 2048, 7168, 4096, dtype="f16")
     assert half[0] == bf[0] and bf[1].dtype == "bf16"
     assert half[1] == dataclasses.replace(bf[1], dtype="f16")
-    # --dtype e4m3: fp8 operands at depth K run the bf16 plan of depth K / 2
-    f8 = mod.column_plan("default", 2048, 7168, 8192, dtype="e4m3")
-    half_depth = mod.column_plan("default", 2048, 7168, 4096)
+    # --dtype e4m3: fp8 operands at depth K run the bf16 plan of depth K / 2 (where no
+    # bf16-only rule fires: ping-pong takes 2048 x 7168 x 4096 in bf16 only)
+    f8 = mod.column_plan("default", 2048, 8192, 8192, dtype="e4m3")
+    half_depth = mod.column_plan("default", 2048, 8192, 4096)
     assert f8[0] == half_depth[0] and f8[1] == dataclasses.replace(half_depth[1], in_dtype="e4m3")
 
 
