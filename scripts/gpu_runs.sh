@@ -106,6 +106,14 @@
 #           N 2880 / 5120 / 7168 / 8192 / 14336 (off the grid the rule moves plans untimed), K
 #           4096 / 9216, and 176 wide at 2048 x 7168 (below M=4096, won in three readings),
 #           calls interleaved, two seeded orders
+#   pp-deep-mid  (1 GPU) ping-pong 176 wide at K >= 4096 below M=4096 (the rule since PERF.md
+#           (au)) against the cooperative plan (pp0) at 32 shapes it moves off the grid (M
+#           1024-3968, N 3072-16384) and 2048 x 7168, calls interleaved, two seeded orders
+#   k1024-sweep  (1 GPU) the K=1024 shapes still below 0.97x cuBLAS (256 / 512 / 1024 / 2048
+#           rows, N 7168 / 8192) against every plan form the kernels take there: widths,
+#           clusters, ping-pong, stages, the split-K tail, 64-row pairs, bands
+#   k1024-band  (1 GPU) tiles walked in bands of 8 pair rows at K=1024 on the cooperative and
+#           the ping-pong plans, M 2048-16384, N 7168 / 8192, two seeded orders
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
