@@ -114,6 +114,9 @@
 #           clusters, ping-pong, stages, the split-K tail, 64-row pairs, bands
 #   k1024-band  (1 GPU) tiles walked in bands of 8 pair rows at K=1024 on the cooperative and
 #           the ping-pong plans, M 2048-16384, N 7168 / 8192, two seeded orders
+#   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
+#           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
+#           instructions (the metrics this ncu offers: ncu_metrics.txt)
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
@@ -151,7 +154,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band l2-split profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -200,6 +203,10 @@ profile_runs() {  # SHAPE:COLUMN...: Nsight Compute's full set on one launch of 
 MID_MS="264 300 392 456 520 584 648 712 776 840 904 968 1032 1100 1160 1300 1540 1800 2100 2600"
 L2_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_op_read.sum,\
 lts__t_sectors_op_read.max,lts__t_sectors_op_read.avg,lts__t_requests.max,lts__t_requests.avg
+L2_SPLIT=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,\
+lts__t_requests_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct,dram__bytes_read.sum,\
+sm__inst_executed.sum,smsp__cycles_active.avg
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
 PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn128,ar_pp128,ar_bn160,ar_pp160
 BIAS=mm_rs,rsar_rs,mm_rs_b,rsar_rs_b,mm_ar,rsar_ar,mm_ar_b,rsar_ar_b
@@ -365,6 +372,13 @@ for s in "$@"; do
       done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
+    l2-split)
+      # where the L2 reads of ours and cuBLAS's kernel at the K=1024 shapes come from (by
+      # source unit, hit rate, writes), every launch of one gemm_one_gpu.py run
+      ncu --query-metrics > "$out/ncu_metrics.txt" 2>&1
+      step l2_split 240 ncu --clock-control none -k regex:'Sm90|nvjet|gemm|xmma|cutlass' --csv \
+        --metrics "$L2_SPLIT" $G1 --columns default --iters 1 --blocks 1 \
+        --shapes "2048,7168,1024;512,7168,1024;256,7168,1024;1024,8192,1024;2048,7168,4096" ;;
     profile-pn)
       profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
         512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
