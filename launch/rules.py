@@ -277,7 +277,8 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     ping-pong MMA warp groups, the width of least ``lane_cost`` among ``PINGPONG_NS``) in
     place of ``cooperative``, the plan the other rules chose: at K <= 1024, from M=4096
     always, and below it where a lane has at least ``PINGPONG_MIN_ROUNDS`` tiles and the
-    ping-pong plan's modelled time is the lower.
+    ping-pong plan's modelled time is the lower; at K >= 4096 by that model with its own
+    share, 176 / 192 wide from M=4096 and 176 below (the last two paragraphs).
 
     Each warp group computes whole tiles by turns, so one tile's epilogue runs under the
     other group's mainloop; ping-pong's tiles are at most 192 wide, so it wins where the
@@ -311,8 +312,9 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     wide); 4096 x 8192 (ratio 1.093 at 11 tiles: kept cooperative) -0.9..-2.2%. e = 0.09 puts
     the bound between those two ratios. Below M=4096 the model takes only 176-wide plans
     (``PINGPONG_DEEP_MID_N``): 2048 x 7168 x 4096 / 9216 (ratio 1.039, 5 tiles a lane) ran
-    faster at 176 wide in five readings, +1.7..+2.9% (one H100, docs/PERF.md (as), (at),
-    (au)), while the 192-wide plans it picks at M 1536-3072 were mixed in (as) (2560 / 3072
+    faster at 176 wide in five readings, +0.4..+2.9% (one H100, docs/PERF.md (as), (at),
+    (au)), and 32 shapes it moves off the grid (M 1024-3968, N 3072-16384) in both orders,
+    +0.7..+9.2% (au), while the 192-wide plans it picks at M 1536-3072 were mixed in (as) (2560 / 3072
     x 7168: +3.0 / -2.4%; 3072 x 8192 x 9216: -5.6%). Between K=1024 and 4096 nothing was
     timed."""
     tiles = pingpong.rounds - pingpong.lag
