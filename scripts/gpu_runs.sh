@@ -114,6 +114,8 @@
 #           clusters, ping-pong, stages, the split-K tail, 64-row pairs, bands
 #   k1024-band  (1 GPU) tiles walked in bands of 8 pair rows at K=1024 on the cooperative and
 #           the ping-pong plans, M 2048-16384, N 7168 / 8192, two seeded orders
+#   mid-split  (1 GPU) one round of 1-CTA tiles at M 520 / 640, N 2880 / 3072, K 4096 / 9216:
+#           the default against 176 wide and 256 / 224-wide tiles cut along K in two
 #   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
 #           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
 #           instructions (the metrics this ncu offers: ncu_metrics.txt)
@@ -154,7 +156,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band l2-split profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split l2-split profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -372,6 +374,14 @@ for s in "$@"; do
       done ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
+    mid-split)
+      # one round of 1-CTA tiles at 5 tile rows and N 2880 / 3072, where the best width is
+      # 0.69-0.78x cuBLAS: 256 / 224-wide tiles cut along K in two (the split-K tail's pieces)
+      for seed in 36 37; do
+        gemm_step "mid_split_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn176,c1+bn256+sk,c1+bn224+sk,c1+bn256 \
+          --shapes "$(shapes "520 640" "2880 3072" "4096 9216")"
+      done ;;
     l2-split)
       # where the L2 reads of ours and cuBLAS's kernel at the K=1024 shapes come from (by
       # source unit, hit rate, writes), every launch of one gemm_one_gpu.py run
