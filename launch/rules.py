@@ -314,21 +314,20 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     (``PINGPONG_DEEP_MID_N``): 2048 x 7168 x 4096 / 9216 (ratio 1.039, 5 tiles a lane) ran
     faster at 176 wide in five readings, +0.4..+2.9% (one H100, docs/PERF.md (as), (at),
     (au)), and 32 shapes it moves off the grid (M 1024-3968, N 3072-16384) in both orders,
-    +0.7..+9.2% (au), while the 192-wide plans it picks at M 1536-3072 were mixed in (as) (2560 / 3072
-    x 7168: +3.0 / -2.4%; 3072 x 8192 x 9216: -5.6%). Between K=1024 and 4096 nothing was
-    timed."""
-    tiles = pingpong.rounds - pingpong.lag
+    +0.7..+9.2% (au), while the 192-wide plans it picks at M 1536-3072 were mixed in (as)
+    (2560 / 3072 x 7168: +3.0 / -2.4%; 3072 x 8192 x 9216: -5.6%). Between K=1024 and 4096
+    nothing was timed."""
+    def modelled_faster(e: float) -> bool:
+        # over r tiles a lane only the last epilogue shows: cost(pp) (1 + e / r) against
+        # cost(coop) (1 + e)
+        tiles = pingpong.rounds - pingpong.lag
+        return tiles >= PINGPONG_MIN_ROUNDS and (
+            lane_cost(pingpong) * (1 + e / tiles) <= lane_cost(cooperative) * (1 + e))
+
     if K > 1024:
         widths = PINGPONG_FIVE_STAGE_NS if M >= 4096 else (PINGPONG_DEEP_MID_N,)
-        return (K >= 4096 and pingpong.bn in widths
-                and tiles >= PINGPONG_MIN_ROUNDS
-                and lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE_DEEP / tiles)
-                <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE_DEEP))
-    if M >= 4096:
-        return True
-    return tiles >= PINGPONG_MIN_ROUNDS and (
-        lane_cost(pingpong) * (1 + PINGPONG_EPILOGUE / tiles)
-        <= lane_cost(cooperative) * (1 + PINGPONG_EPILOGUE))
+        return K >= 4096 and pingpong.bn in widths and modelled_faster(PINGPONG_EPILOGUE_DEEP)
+    return M >= 4096 or modelled_faster(PINGPONG_EPILOGUE)
 
 
 # ``choose_gemm_pingpong`` below M=4096: a cooperative tile's epilogue as a share of its

@@ -372,8 +372,6 @@ for s in "$@"; do
           )default,band8,c2+bn176+pp,c2+bn176+pp+band8,c2+bn192+pp,c2+bn192+pp+band8 \
           --shapes "$(shapes "2048 3072 4096 8192 16384" "7168 8192" 1024)"
       done ;;
-    profile)
-      profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     mid-split)
       # one round of 1-CTA tiles at 5 tile rows and N 2880 / 3072, where the best width is
       # 0.69-0.78x cuBLAS: 256 / 224-wide tiles cut along K in two (the split-K tail's pieces)
@@ -389,6 +387,8 @@ for s in "$@"; do
       step l2_split 240 ncu --clock-control none -k regex:'Sm90|nvjet|gemm|xmma|cutlass' --csv \
         --metrics "$L2_SPLIT" $G1 --columns default --iters 1 --blocks 1 \
         --shapes "2048,7168,1024;512,7168,1024;256,7168,1024;1024,8192,1024;2048,7168,4096" ;;
+    profile)
+      profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-pn)
       profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
         512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
