@@ -119,6 +119,13 @@
 #   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
 #           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
 #           instructions (the metrics this ncu offers: ncu_metrics.txt)
+#   lrc     (1 GPU) L2 requests the L2 request coalescer merged (ncu's lrc__ counters, with
+#           time, tensor pipe and L2 reads), cuBLAS's beside ours, one ncu run per shape and
+#           column: the ping-pong 176 plan row-major (the default at K=1024) and in bands of
+#           2 / 4 / 8 pair rows at 2048 / 4096 x 7168 x 1024, row-major against the default
+#           bands at 2048 x 7168 x 4096, the defaults at 512 x 7168 and 1024 x 8192 x 1024;
+#           medians in lrc_table.txt (benchmarks/ncu_metrics_table.py). At the same plan
+#           cuBLAS has twice as many requests merged as ours at K=1024 (PERF.md (av))
 #   profile  (1 GPU) Nsight Compute's full set on the GEMM alone's default plan at 2048 x
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
@@ -156,7 +163,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split l2-split profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split l2-split lrc profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -209,6 +216,10 @@ L2_SPLIT=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of
 lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,\
 lts__t_requests_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct,dram__bytes_read.sum,\
 sm__inst_executed.sum,smsp__cycles_active.avg
+LRC=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+lts__t_sectors_srcunit_tex_op_read.sum,lrc__request_sectors_op_read_coalescable.sum,\
+lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum,\
+lrc__request_sectors_op_read_coalescing_achieved_type_programmatic.sum,lrc__lts2lrc_sectors_op_read.sum
 SWEEP=mm,gemm_only,gemm_ts0,mm_rs,mm_ar,rsar_rs,rsar_ar,rs_lean,ar_lean,rs_flat,rs_pc8,rs_pc16,rs_pc24
 PINGPONG=mm,gemm_only,rsar_rs,rsar_ar,rs_bn128,rs_pp128,rs_bn160,rs_pp160,ar_bn128,ar_pp128,ar_bn160,ar_pp160
 BIAS=mm_rs,rsar_rs,mm_rs_b,rsar_rs_b,mm_ar,rsar_ar,mm_ar_b,rsar_ar_b
@@ -387,6 +398,19 @@ for s in "$@"; do
       step l2_split 240 ncu --clock-control none -k regex:'Sm90|nvjet|gemm|xmma|cutlass' --csv \
         --metrics "$L2_SPLIT" $G1 --columns default --iters 1 --blocks 1 \
         --shapes "2048,7168,1024;512,7168,1024;256,7168,1024;1024,8192,1024;2048,7168,4096" ;;
+    lrc)
+      for run in 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
+          2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
+          4096,7168,1024:default 4096,7168,1024:c2+bn176+pp+band8 2048,7168,4096:default \
+          2048,7168,4096:c2+bn176+pp+band0 512,7168,1024:default 1024,8192,1024:default; do
+        shp=${run%%:*} col=${run#*:}
+        export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+        step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
+          --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
+          --build-jobs "$(nproc)"
+      done
+      python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
+      cat "$out/lrc_table.txt" ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-pn)
