@@ -59,9 +59,14 @@ class PingPongMma:
         wt = mtid - grp * Int32(_GROUP)
         thr_lo = tiled_mma.get_slice(wt)
         thr_hi = tiled_mma.get_slice(wt + Int32(_GROUP))
-        tCrA_lo = tiled_mma.make_fragment_A(thr_lo.partition_A(sA))
-        tCrA_hi = tiled_mma.make_fragment_A(thr_hi.partition_A(sA))
-        tCrB = tiled_mma.make_fragment_B(thr_lo.partition_B(sB))
+        desc_lo, desc_hi = thr_lo, thr_hi
+        if cutlass.const_expr(self.uniform_desc):
+            # each half's descriptors at a constant thread (``Variant.uniform_desc``)
+            desc_lo = tiled_mma.get_slice(0)
+            desc_hi = tiled_mma.get_slice(_GROUP)
+        tCrA_lo = tiled_mma.make_fragment_A(desc_lo.partition_A(sA))
+        tCrA_hi = tiled_mma.make_fragment_A(desc_hi.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(desc_lo.partition_B(sB))
         tCcC = thr_lo.partition_C(cute.make_identity_tensor((self.bm, self.bn)))
         acc_lo = cute.make_rmem_tensor(tCcC.shape, Float32)
         acc_hi = cute.make_rmem_tensor(tCcC.shape, Float32)

@@ -120,7 +120,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows)
+        x_rows=x_rows, uniform_desc=int(t.uniform_desc and sm90))
     return plan, v
 
 
@@ -151,7 +151,8 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                                  f"block of w per tile column), not Tuning.bn={t.bn}")
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
-        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box")
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box",
+                                    "uniform_desc")
                            if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "

@@ -131,6 +131,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")
         self.pingpong = bool(pingpong)
+        self.uniform_desc = bool(v.uniform_desc)
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
                                    bool(trace), bool(push_ctas))
@@ -610,8 +611,13 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                   epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
                   sS_ptr):
         thr_mma = tiled_mma.get_slice(mtid)
-        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        desc = thr_mma
+        if cutlass.const_expr(self.uniform_desc):
+            # the group's descriptors, sliced at its first thread (``Variant.uniform_desc``)
+            desc = tiled_mma.get_slice(
+                cute.arch.make_warp_uniform(mtid // Int32(128)) * Int32(128))
+        tCrA = tiled_mma.make_fragment_A(desc.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(desc.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.bn)))  # (row, col)s
         acc = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])

@@ -23,7 +23,8 @@ rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output sto
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
-``Variant.x_rows`` / never), joined
+``Variant.x_rows`` / never), ``ud`` (the mainloop's descriptors in uniform registers,
+``Variant.uniform_desc``), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
@@ -85,9 +86,11 @@ def column_knobs(name: str) -> dict:
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
+        elif part == "ud":
+            knobs["uniform_desc"] = True
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, "
                              f"joined with +)")
     return knobs
 

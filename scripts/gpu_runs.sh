@@ -119,6 +119,10 @@
 #   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
 #           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
 #           instructions (the metrics this ncu offers: ncu_metrics.txt)
+#   ud      (1 GPU) the 48 shapes with the mainloop's descriptors in uniform registers
+#           (``ud``, Tuning.uniform_desc) against the default, two seeded orders, five
+#           blocks; each column checked against float64 as it is timed (the experiment's
+#           correctness check on a GPU; PERF.md (av): ~30 fewer instructions a k-block)
 #   lrc     (1 GPU) L2 requests the L2 request coalescer merged (ncu's lrc__ counters, with
 #           time, tensor pipe and L2 reads), cuBLAS's beside ours, one ncu run per shape and
 #           column: the ping-pong 176 plan row-major (the default at K=1024) and in bands of
@@ -163,7 +167,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split l2-split lrc profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split l2-split lrc ud profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -398,6 +402,10 @@ for s in "$@"; do
       step l2_split 240 ncu --clock-control none -k regex:'Sm90|nvjet|gemm|xmma|cutlass' --csv \
         --metrics "$L2_SPLIT" $G1 --columns default --iters 1 --blocks 1 \
         --shapes "2048,7168,1024;512,7168,1024;256,7168,1024;1024,8192,1024;2048,7168,4096" ;;
+    ud)
+      for seed in 43 44; do
+        gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
+      done ;;
     lrc)
       for run in 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
           2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
