@@ -137,6 +137,9 @@
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
 #           before each) and the details page, all in one profile_*.tar.xz
+#   profile-ud  (1 GPU) the same on the `ud` column (Tuning.uniform_desc) at 2048 x 7168 x
+#           1024 and 1024 x 8192 x 1024: whether the MMA warps' waits for loads (~10% of
+#           the samples on the default, (av)) and their instructions shrink
 #   profile-pn  (1 GPU) the same on pairs along N at cuBLAS's form (112 wide, 7 stages),
 #           on pairs along M at 7 stages and on the default, at 512 x 7168 x 1024 and 256 x
 #           7168 x 9216: where our pairs along N lose (0.78x cuBLAS at 6 stages where
@@ -170,7 +173,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -430,6 +433,8 @@ for s in "$@"; do
       cat "$out/lrc_table.txt" ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
+    profile-ud)
+      profile_runs 2048,7168,1024:ud 1024,8192,1024:ud 1024,8192,1024:default ;;
     profile-pn)
       profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
         512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
