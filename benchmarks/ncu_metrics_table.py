@@ -59,8 +59,9 @@ def read_launches(path: Path) -> list[tuple[str, dict[str, float]]]:
 def medians(path: Path) -> dict[str, dict[str, float]]:
     """{"cuBLAS" / "ours": {metric: median over that kernel's launches}} of one log."""
     out: dict[str, dict[str, float]] = {}
+    launches = read_launches(path)
     for label, key in KERNELS:
-        runs = [m for name, m in read_launches(path) if key in name]
+        runs = [m for name, m in launches if key in name]
         if runs:
             names = sorted({k for m in runs for k in m})
             out[label] = {k: statistics.median(m[k] for m in runs if k in m) for k in names}

@@ -334,8 +334,7 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
 # lane cost at K <= 1024, and the tiles a lane needs (fewer were not measured to win)
 PINGPONG_EPILOGUE = 0.14
 PINGPONG_MIN_ROUNDS = 3
-# ``choose_gemm_pingpong`` at K >= 4096 from M=4096: the model's share there (docs/PERF.md
-# (at))
+# ``choose_gemm_pingpong`` at K >= 4096: the model's share there (docs/PERF.md (at), (au))
 PINGPONG_EPILOGUE_DEEP = 0.09
 # The ping-pong widths timed at 5 mainloop stages (K <= 1024 (ap), K >= 4096 (at)):
 # ``default_stages`` gives them 5, and at K >= 4096 ``choose_gemm_pingpong`` takes no other

@@ -419,12 +419,12 @@ for s in "$@"; do
         gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
       done ;;
     lrc)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       for run in 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
           2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
           4096,7168,1024:default 4096,7168,1024:c2+bn176+pp+band8 2048,7168,4096:default \
           2048,7168,4096:c2+bn176+pp+band0 512,7168,1024:default 1024,8192,1024:default; do
         shp=${run%%:*} col=${run#*:}
-        export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
         step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
           --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
           --build-jobs "$(nproc)"
