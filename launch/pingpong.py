@@ -93,64 +93,86 @@ class PingPongMma:
         # the ring position of the group's next sub-tile: the other group's tiles fill the
         # slots in between
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
-        for rnd in range(rounds):
-            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                     local_M, k_tiles)
-            mine = (rnd - (rnd // Int32(2)) * Int32(2)) == grp
-            _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m, tiles_n)
-            real = real & (u >= Int32(0))
-            if mine:
-                if rnd > Int32(0):
-                    self._turn_wait(main_turn, grp)
-                if u >= Int32(0):
-                    cute.nvgpu.warpgroup.fence()
-                    ab_pipe.consumer_wait(read_state)
-                    self._pp_stage(mma_z, mma_a, frags, read_state.index)
-                    read_state.advance()
-                    for _k in range(1, k_tiles):
-                        ab_pipe.consumer_wait(read_state)
-                        self._pp_stage(mma_a, mma_a, frags, read_state.index)
-                        cute.nvgpu.warpgroup.wait_group(1)
+        ctx = (mma_z, mma_a, frags, ab_pipe, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out,
+               (tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi), size_rD, k_tiles)
+        if cutlass.const_expr(self.dyn_tiles):
+            self._pingpong_dyn(grp, v_in_pair, tiles_m, tiles_n, main_turn, epi_turn, ctx,
+                               read_state, rel_state, epi_state)
+        else:
+            for rnd in range(rounds):
+                u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
+                                         tiles_n, local_M, k_tiles)
+                mine = (rnd - (rnd // Int32(2)) * Int32(2)) == grp
+                _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m,
+                                             tiles_n)
+                real = real & (u >= Int32(0))
+                if mine:
+                    if rnd > Int32(0):
+                        self._turn_wait(main_turn, grp)
+                    if u >= Int32(0):
+                        read_state, rel_state = self._pp_mainloop(ctx, read_state, rel_state)
+                        # every stage of this round has been waited for: the other group's
+                        # waits of the next round are at most one phase ahead of each
+                        # stage's barrier
+                        if rnd + Int32(1) < rounds:
+                            self._turn_pass(main_turn, grp)
+                        # (in this branch: ptxas sees every wgmma retired before the epilogue)
+                        cute.nvgpu.warpgroup.wait_group(0)
                         ab_pipe.consumer_release(rel_state)
                         rel_state.advance()
-                        read_state.advance()
-                    # every stage of this round has been waited for: the other group's waits
-                    # of the next round are at most one phase ahead of each stage's barrier
-                    if rnd + Int32(1) < rounds:
+                    elif rnd + Int32(1) < rounds:
                         self._turn_pass(main_turn, grp)
-                    # (in this branch: ptxas sees every wgmma retired before the epilogue)
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    ab_pipe.consumer_release(rel_state)
-                    rel_state.advance()
-                elif rnd + Int32(1) < rounds:
-                    self._turn_pass(main_turn, grp)
-                if rnd > Int32(0):
-                    self._turn_wait(epi_turn, grp)
-                if real:
-                    for e in cutlass.range_constexpr(self.num_sub):
-                        epi_pipe.producer_acquire(epi_state)
-                        for v in cutlass.range_constexpr(size_rD):
-                            tRS_rD[v] = tRS_rAcc_lo[e * size_rD + v]
-                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
-                        cute.copy(tiled_r2s, tRS_rD_out,
-                                  tRS_sC_lo[(None, None, None, epi_state.index)])
-                        for v in cutlass.range_constexpr(size_rD):
-                            tRS_rD[v] = tRS_rAcc_hi[e * size_rD + v]
-                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
-                        cute.copy(tiled_r2s, tRS_rD_out,
-                                  tRS_sC_hi[(None, None, None, epi_state.index)])
-                        if cutlass.const_expr(self.tma_push):
-                            # the slot is read by bulk copies (async proxy)
-                            cute.arch.fence_proxy("async.shared", space="cta")
-                        epi_pipe.producer_commit(epi_state)
-                        epi_state.advance()
-                if rnd + Int32(1) < rounds:
-                    self._turn_pass(epi_turn, grp)
-            elif u >= Int32(0):
-                read_state.advance(k_tiles)
-                rel_state.advance(k_tiles)
-                if real:
-                    epi_state.advance(Int32(self.num_sub))
+                    if rnd > Int32(0):
+                        self._turn_wait(epi_turn, grp)
+                    if real:
+                        epi_state = self._pp_epilogue(ctx, epi_state)
+                    if rnd + Int32(1) < rounds:
+                        self._turn_pass(epi_turn, grp)
+                elif u >= Int32(0):
+                    read_state.advance(k_tiles)
+                    rel_state.advance(k_tiles)
+                    if real:
+                        epi_state.advance(Int32(self.num_sub))
+
+    @cute.jit
+    def _pp_mainloop(self, ctx, read_state, rel_state):
+        """A tile's mainloop on both halves: every stage waited for, all but the last
+        released (the caller retires the wgmmas and releases it). Returns the states."""
+        mma_z, mma_a, frags, ab_pipe, _, _, _, _, _, _, k_tiles = ctx
+        cute.nvgpu.warpgroup.fence()
+        ab_pipe.consumer_wait(read_state)
+        self._pp_stage(mma_z, mma_a, frags, read_state.index)
+        read_state.advance()
+        for _k in range(1, k_tiles):
+            ab_pipe.consumer_wait(read_state)
+            self._pp_stage(mma_a, mma_a, frags, read_state.index)
+            cute.nvgpu.warpgroup.wait_group(1)
+            ab_pipe.consumer_release(rel_state)
+            rel_state.advance()
+            read_state.advance()
+        return read_state, rel_state
+
+    @cute.jit
+    def _pp_epilogue(self, ctx, epi_state):
+        """A finished tile's sub-tiles into the ring, both halves. Returns the state."""
+        _, _, _, _, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out, parts, size_rD, _ = ctx
+        tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi = parts
+        for e in cutlass.range_constexpr(self.num_sub):
+            epi_pipe.producer_acquire(epi_state)
+            for v in cutlass.range_constexpr(size_rD):
+                tRS_rD[v] = tRS_rAcc_lo[e * size_rD + v]
+            tRS_rD_out.store(tRS_rD.load().to(self.elem))
+            cute.copy(tiled_r2s, tRS_rD_out, tRS_sC_lo[(None, None, None, epi_state.index)])
+            for v in cutlass.range_constexpr(size_rD):
+                tRS_rD[v] = tRS_rAcc_hi[e * size_rD + v]
+            tRS_rD_out.store(tRS_rD.load().to(self.elem))
+            cute.copy(tiled_r2s, tRS_rD_out, tRS_sC_hi[(None, None, None, epi_state.index)])
+            if cutlass.const_expr(self.tma_push):
+                # the slot is read by bulk copies (async proxy)
+                cute.arch.fence_proxy("async.shared", space="cta")
+            epi_pipe.producer_commit(epi_state)
+            epi_state.advance()
+        return epi_state
 
     @cute.jit
     def _turn_wait(self, turn, grp):

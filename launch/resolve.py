@@ -120,7 +120,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows, uniform_desc=int(t.uniform_desc and sm90))
+        x_rows=x_rows, uniform_desc=int(t.uniform_desc and sm90),
+        dyn_tiles=int(t.dyn_tiles))
     return plan, v
 
 
@@ -152,7 +153,7 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
         sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box",
-                                    "uniform_desc")
+                                    "uniform_desc", "dyn_tiles")
                            if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
@@ -163,6 +164,10 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                              f"{shape.mode}{' with fp8 operands' if dtypes.operands else ''}")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
+    if t.dyn_tiles and shape.mode != "gemm":
+        raise RsarValueError("Tuning.dyn_tiles: tiles handed out at run time are the plain "
+                             "GEMM's (gemm_only); the fused ops' ranks must agree on each "
+                             "tile's place")
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",

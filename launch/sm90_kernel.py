@@ -132,6 +132,12 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                              "GEMM, or flat peers-first)")
         self.pingpong = bool(pingpong)
         self.uniform_desc = bool(v.uniform_desc)
+        self.dyn_tiles = bool(v.dyn_tiles)
+        if self.dyn_tiles and (mode != "gemm" or not self.pingpong or cta_group != 1 or sk
+                               or not tma_store):
+            raise ValueError("tiles handed out at run time run the plain GEMM's ping-pong "
+                             "kernel with the TMA store on 1-CTA tiles, without the split-K "
+                             "tail")
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
                                    bool(trace), bool(push_ctas))

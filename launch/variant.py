@@ -13,7 +13,8 @@ from .geometry import BLACKWELL
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "uniform_desc")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "uniform_desc",
+          "dyn_tiles")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class Variant:
     each thread: every thread of a group gets the same descriptors either way, but only
     then does ptxas keep their arithmetic in uniform registers, with no per-thread values
     moved into them before each wgmma (docs/PERF.md (av)).
+    ``dyn_tiles`` (an experiment, sm90, the plain GEMM's ping-pong kernel on 1-CTA tiles):
+    tiles handed out at run time (``launch.dyn_tiles``): a lane's first two units are the
+    static order's, every later one the next of a counter in the workspace, so the units in
+    flight stay about one round of consecutive ones however the lanes drift.
     """
 
     arch: str
@@ -128,6 +133,7 @@ class Variant:
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
     uniform_desc: int = 0  # 1: mainloop descriptors in uniform registers (Sm90FusedKernel)
+    dyn_tiles: int = 0  # 1: tiles handed out by a counter at run time (launch.dyn_tiles)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

@@ -24,7 +24,8 @@ tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``ud`` (the mainloop's descriptors in uniform registers,
-``Variant.uniform_desc``), joined
+``Variant.uniform_desc``), ``dyn`` (tiles handed out by a counter at run time,
+``Variant.dyn_tiles``: 1-CTA ping-pong plans), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
@@ -88,9 +89,11 @@ def column_knobs(name: str) -> dict:
             knobs["band"] = int(part[4:])
         elif part == "ud":
             knobs["uniform_desc"] = True
+        elif part == "dyn":
+            knobs["dyn_tiles"] = True
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, "
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, dyn, "
                              f"joined with +)")
     return knobs
 
