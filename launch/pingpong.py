@@ -50,7 +50,7 @@ class PingPongMma:
     @cute.jit
     def _pingpong_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                        local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC,
-                       ab_pipe, epi_pipe):
+                       ab_pipe, epi_pipe, ids=None):
         """Both MMA warp groups (``mtid`` 0-255): each computes the tiles of its rounds and
         hands them to the sub-tile ring, in round order with the other group's."""
         # uniform across the warp group: ptxas serializes wgmmas behind branches it cannot
@@ -97,7 +97,7 @@ class PingPongMma:
                (tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi), size_rD, k_tiles)
         if cutlass.const_expr(self.dyn_tiles):
             self._pingpong_dyn(grp, v_in_pair, tiles_m, tiles_n, main_turn, epi_turn, ctx,
-                               read_state, rel_state, epi_state)
+                               ids, read_state, rel_state, epi_state)
         else:
             for rnd in range(rounds):
                 u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,

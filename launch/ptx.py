@@ -117,6 +117,13 @@ def atom_add_acq_rel_gpu(addr, val, *, loc=None, ip=None) -> Int32:
 
 
 @dsl_user_op
+def atom_add_relaxed_gpu(addr, val, *, loc=None, ip=None) -> Int32:
+    return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip), _v(val, Int32, loc, ip)],
+                      "atom.relaxed.gpu.global.add.u32 $0, [$1], $2;", "=r,l,r,~{memory}",
+                      loc, ip))
+
+
+@dsl_user_op
 def atom_cas_sys(addr, cmp, val, *, loc=None, ip=None) -> Int32:
     return Int32(_asm(T.i32(), [_v(addr, Int64, loc, ip), _v(cmp, Int32, loc, ip),
                                 _v(val, Int32, loc, ip)],

@@ -48,6 +48,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
+from .dyn_tiles import DynTiles
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
 from .geometry import BM, EPI_N, TILE_MS, TILE_NS, X_ROWS
@@ -76,7 +77,7 @@ def _tma_op(multicast: int) -> Any:
     return cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
-class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
+class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces):
     """One compiled ``Variant``; everything else is a launch argument."""
 
     def __init__(self, v: Variant) -> None:
@@ -290,6 +291,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             "sC": cute.struct.Align[
                 cute.struct.MemRange[self.elem, self.bm * self.epi_pitch * self.epi_slots], 1024],
         }
+        if self.dyn_tiles:
+            fields.update(self._dyn_fields())
         if self.row_scales:
             fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, self.bm + self.bn], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
@@ -414,6 +417,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 pipeline.Agent.Thread, 32 if self.tma_store else _COMM_THREADS),
             defer_sync=True,
         )
+        ids = None  # the unit ring of ``dyn_tiles`` kernels
+        if cutlass.const_expr(self.dyn_tiles):
+            ids = self._dyn_ring(storage)
         pipeline_init_arrive(cluster_shape_mn=(self.cta_group, 1), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -460,41 +466,18 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
-                for rnd in range(rounds):
-                    u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
-                                             tiles_n, local_M, k_tiles)
-                    _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
-                    if u >= Int32(0):
-                        tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
-                        tAgA_t = tAgA[(None, tm, None)]
-                        tail = tm == tiles_m - Int32(1)
-                        tXgX_t = tXgX[(None, tm * Int32(self.bm // self.x_rows), None)]
-                        tBgB_t = tBgB[(None, tn, None)]
-                        prod.reset_count()
-                        n_k = k_hi - k_lo
-                        for _k in range(n_k):
-                            ab_pipe.producer_acquire(prod)
-                            kt = k_lo + prod.count
-                            if cutlass.const_expr(self.x_rows == self.bm):
-                                cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
-                                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                          mcast_mask=a_mask)
-                            else:
-                                if tail:
-                                    cute.copy(tma_x, tXgX_t[(None, kt)], tXsX[(None, prod.index)],
-                                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
-                                else:
-                                    with cute.arch.elect_one():
-                                        cute.arch.mbarrier_expect_tx(
-                                            ab_pipe.producer_get_barrier(prod), a_rest_bytes)
-                                    cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
-                                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                              mcast_mask=a_mask)
-                            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
-                                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                                      mcast_mask=b_mask)
-                            ab_pipe.producer_commit(prod)
-                            prod.advance()
+                loads = (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB,
+                         a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
+                if cutlass.const_expr(self.dyn_tiles):
+                    prod = self._dyn_producer(loads, prod, ids, ws, num_ctas, num_tiles,
+                                              tiles_m, tiles_n, lag, k_tiles)
+                else:
+                    for rnd in range(rounds):
+                        u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
+                                                 tiles_m, tiles_n, local_M, k_tiles)
+                        _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
+                        if u >= Int32(0):
+                            prod = self._load_unit(loads, u, k_lo, k_hi, prod)
                 ab_pipe.producer_tail(prod)
             else:
                 comm_args = (tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
@@ -517,7 +500,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                             self._slot_outer(self.epi_slots))
                         self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                                          local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
-                                         mC)
+                                         mC, ids)
                 else:
                     self._comm_role(*comm_args)
         else:
@@ -537,7 +520,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             elif cutlass.const_expr(self.pingpong):
                 self._pingpong_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n,
                                     k_tiles, rank, local_M, chunk, rounds, lag, tiled_mma, sA,
-                                    sB, sC, ab_pipe, epi_pipe)
+                                    sB, sC, ab_pipe, epi_pipe, ids)
             else:
                 self._mma_role(*mma_args)
 
@@ -549,6 +532,42 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 protocol.finish_launch(ws, peer_tab, epoch, num_ctas, self.world, rank,
                                        self.lean_exit)
             self._mark(ws, cta, trace.EXIT, tidx == 0)
+
+    @cute.jit
+    def _load_unit(self, loads, u, k_lo, k_hi, prod):
+        """The producer warp: k-tiles [k_lo, k_hi) of unit ``u``'s x and w tiles into the
+        mainloop stages. Returns the pipeline state."""
+        (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB, a_mask, b_mask,
+         a_rest_bytes, v_in_pair, tiles_m, tiles_n) = loads
+        tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
+        tAgA_t = tAgA[(None, tm, None)]
+        tail = tm == tiles_m - Int32(1)
+        tXgX_t = tXgX[(None, tm * Int32(self.bm // self.x_rows), None)]
+        tBgB_t = tBgB[(None, tn, None)]
+        prod.reset_count()
+        n_k = k_hi - k_lo
+        for _k in range(n_k):
+            ab_pipe.producer_acquire(prod)
+            kt = k_lo + prod.count
+            if cutlass.const_expr(self.x_rows == self.bm):
+                cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
+                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=a_mask)
+            else:
+                if tail:
+                    cute.copy(tma_x, tXgX_t[(None, kt)], tXsX[(None, prod.index)],
+                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                else:
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_expect_tx(
+                            ab_pipe.producer_get_barrier(prod), a_rest_bytes)
+                    cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
+                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                              mcast_mask=a_mask)
+            cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
+                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=b_mask)
+            ab_pipe.producer_commit(prod)
+            prod.advance()
+        return prod
 
     # ------------------------------------------------------------------ MMA warp groups
     @cute.jit
@@ -571,7 +590,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
 
     @cute.jit
     def _store_role(self, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
-                    rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
+                    rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor, ids=None):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
         TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
         warps once the stores have read them: the oldest whenever the warp holds the whole
@@ -582,34 +601,46 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        for rnd in range(rounds):
-            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n, local_M,
-                                k_tiles)
-            if t >= Int32(0):
-                tm = t // tiles_n
-                tn = t - tm * tiles_n
-                held = 0  # slots taken since the last release (known at compile time)
-                for e in cutlass.range_constexpr(self.num_sub):
-                    epi_pipe.consumer_wait(epi_state)
-                    cute.copy(tma_c, sC_st[(None, epi_state.index)],
-                              gC_st[(None, tm, tn * Int32(self.num_sub) + Int32(e))])
-                    cute.arch.cp_async_bulk_commit_group()
-                    epi_state.advance()
-                    held += 1
-                    if cutlass.const_expr(e == self.num_sub - 1):
-                        cute.arch.cp_async_bulk_wait_group(0, read=True)
-                        for _s in cutlass.range_constexpr(held):
-                            epi_pipe.consumer_release(rel_state)
-                            rel_state.advance()
-                        held = 0
-                    elif cutlass.const_expr(held == self.epi_slots):
-                        # a ring shorter than the tile (more mainloop stages): the oldest
-                        # slot goes back as soon as its store has read it, so the MMA warps
-                        # wait for one store, not for the whole ring's
-                        cute.arch.cp_async_bulk_wait_group(self.epi_slots - 1, read=True)
-                        epi_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                        held -= 1
+        st = (tma_c, sC_st, gC_st, epi_pipe, tiles_n)
+        if cutlass.const_expr(self.dyn_tiles):
+            self._store_dyn(st, ids, epi_state, rel_state)
+        else:
+            for rnd in range(rounds):
+                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                    local_M, k_tiles)
+                if t >= Int32(0):
+                    epi_state, rel_state = self._store_tile(st, t, epi_state, rel_state)
+
+    @cute.jit
+    def _store_tile(self, st, t, epi_state, rel_state):
+        """The store warp: tile ``t``'s sub-tiles from the ring to the output. Returns the
+        ring states (taken, released)."""
+        tma_c, sC_st, gC_st, epi_pipe, tiles_n = st
+        tm = t // tiles_n
+        tn = t - tm * tiles_n
+        held = 0  # slots taken since the last release (known at compile time)
+        for e in cutlass.range_constexpr(self.num_sub):
+            epi_pipe.consumer_wait(epi_state)
+            cute.copy(tma_c, sC_st[(None, epi_state.index)],
+                      gC_st[(None, tm, tn * Int32(self.num_sub) + Int32(e))])
+            cute.arch.cp_async_bulk_commit_group()
+            epi_state.advance()
+            held += 1
+            if cutlass.const_expr(e == self.num_sub - 1):
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+                for _s in cutlass.range_constexpr(held):
+                    epi_pipe.consumer_release(rel_state)
+                    rel_state.advance()
+                held = 0
+            elif cutlass.const_expr(held == self.epi_slots):
+                # a ring shorter than the tile (more mainloop stages): the oldest slot goes
+                # back as soon as its store has read it, so the MMA warps wait for one
+                # store, not for the whole ring's
+                cute.arch.cp_async_bulk_wait_group(self.epi_slots - 1, read=True)
+                epi_pipe.consumer_release(rel_state)
+                rel_state.advance()
+                held -= 1
+        return epi_state, rel_state
 
     @cute.jit
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,

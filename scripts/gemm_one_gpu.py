@@ -9,7 +9,7 @@ product of the same inputs (NaN-poisoned output), then timed in blocks (each que
 a GPU sleep that outlasts the host's launches, taken again where it did not; inputs rotated
 past L2) in which torch.mm and the columns run call by call in turn, so every ratio's two
 sides meet the same clocks; the median per column is reported, with the ratio torch.mm /
-column, and the JSON's ``block_ratios`` give each block's. ``--interleave blocks`` (the
+column, and the JSON's ``block_ratios`` give each block's; then checked again. ``--interleave blocks`` (the
 method before docs/PERF.md (as)) runs a column's calls together, then the next column's.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
@@ -409,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                     times[name] += got
                     per_block[name].append(statistics.median(got))
                     retried[name] += again
+        # again after the timed calls: a kernel that keeps state across launches (the unit
+        # counter of ``dyn``) must leave it as it found it
+        check_columns(cols, sets[0], y, ref, err, f"{M}x{N}x{K} after timing")
         us = {k: statistics.median(v) for k, v in times.items()}
         if anchor_why:  # the anchor's entries first, as where it ran
             us, errors = {"mm": None, **us}, {"mm": None, **errors}

@@ -173,7 +173,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -418,6 +418,25 @@ for s in "$@"; do
       for seed in 43 44; do
         gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
       done ;;
+    dyn)
+      # tiles handed out at run time (``Variant.dyn_tiles``) against the same 1-CTA ping-pong
+      # plan in the static order, and the default; every column checked before and after
+      for seed in 47 48; do
+        gemm_step "dyn_$seed" 250 --shuffle $seed --blocks 3 \
+          --columns default,c1+bn176+pp,c1+bn176+pp+dyn,c1+bn176+pp+band0,c1+bn176+pp+band0+dyn \
+          --shapes "$(shapes "1024 2048 4096 8192" "7168 8192" "1024 4096")"
+      done ;;
+    dyn-lrc)
+      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+      for run in 2048,7168,1024:c1+bn176+pp 2048,7168,1024:c1+bn176+pp+dyn \
+          2048,7168,4096:c1+bn176+pp 2048,7168,4096:c1+bn176+pp+dyn; do
+        shp=${run%%:*} col=${run#*:}
+        step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
+          --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
+          --build-jobs "$(nproc)"
+      done
+      python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
+      cat "$out/lrc_table.txt" ;;
     lrc)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
       for run in 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
