@@ -288,6 +288,18 @@ def ld_shared_u32(addr, *, loc=None, ip=None) -> Int32:
                       "ld.shared.b32 $0, [$1];", "=r,r,~{memory}", loc, ip))
 
 
+@dsl_user_op
+def st_async_peer_u32(addr, val, mbar, rank, *, loc=None, ip=None) -> None:
+    """Writes ``val`` at shared address ``addr`` of cluster CTA ``rank`` and completes 4
+    bytes of its mbarrier at ``mbar`` (both addresses as in this CTA's window)."""
+    _asm(None, [_v(addr, Int32, loc, ip), _v(val, Int32, loc, ip), _v(mbar, Int32, loc, ip),
+                _v(rank, Int32, loc, ip)],
+         "{ .reg .b32 a, b; mapa.shared::cluster.u32 a, $0, $3; "
+         "mapa.shared::cluster.u32 b, $2, $3; "
+         "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [a], $1, [b]; }",
+         "r,r,r,r,~{memory}", loc, ip)
+
+
 # ---------------------------------------------------------------- sm100 tensor memory
 @dsl_user_op
 def tmem_ld_row32(taddr, *, loc=None, ip=None):

@@ -134,11 +134,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         self.pingpong = bool(pingpong)
         self.uniform_desc = bool(v.uniform_desc)
         self.dyn_tiles = bool(v.dyn_tiles)
-        if self.dyn_tiles and (mode != "gemm" or not self.pingpong or cta_group != 1 or sk
-                               or not tma_store):
+        if self.dyn_tiles and (mode != "gemm" or not self.pingpong or sk or not tma_store):
             raise ValueError("tiles handed out at run time run the plain GEMM's ping-pong "
-                             "kernel with the TMA store on 1-CTA tiles, without the split-K "
-                             "tail")
+                             "kernel with the TMA store, without the split-K tail")
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
                                    bool(trace), bool(push_ctas))
@@ -603,7 +601,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         st = (tma_c, sC_st, gC_st, epi_pipe, tiles_n)
         if cutlass.const_expr(self.dyn_tiles):
-            self._store_dyn(st, ids, epi_state, rel_state)
+            self._store_dyn(st, ids, cta - (cta // Int32(self.cta_group)) * Int32(self.cta_group),
+                            tiles_m, epi_state, rel_state)
         else:
             for rnd in range(rounds):
                 t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,

@@ -25,7 +25,7 @@ tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``ud`` (the mainloop's descriptors in uniform registers,
 ``Variant.uniform_desc``), ``dyn`` (tiles handed out by a counter at run time,
-``Variant.dyn_tiles``: 1-CTA ping-pong plans), joined
+``Variant.dyn_tiles``: ping-pong plans), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
@@ -116,7 +116,7 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     dtypes = Dtypes("bf16" if in_dtype else dtype, in_dtype, block)
     plan, v = resolve(Shape(M, N, K, "gemm"), Hardware("sm_90a", sm_count, pair_ctas), 2,
                       "unicast", dtypes, Tuning(**column_knobs(name)))
-    if v.stages or v.pingpong:  # the kernel refuses what it cannot run (ValueError)
+    if v.stages or v.pingpong or v.dyn_tiles:  # the kernel refuses what it cannot run
         kernel_for(v)
     return plan, v
 

@@ -419,17 +419,18 @@ for s in "$@"; do
         gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
       done ;;
     dyn)
-      # tiles handed out at run time (``Variant.dyn_tiles``) against the same 1-CTA ping-pong
-      # plan in the static order, and the default; every column checked before and after
-      for seed in 47 48; do
+      # tiles handed out at run time (``Variant.dyn_tiles``) against the same plans in the
+      # static order (the default, a 1-CTA ping-pong one); every column checked before and
+      # after its timed calls
+      for seed in ${DYN_SEEDS:-47 48}; do
         gemm_step "dyn_$seed" 250 --shuffle $seed --blocks 3 \
-          --columns default,c1+bn176+pp,c1+bn176+pp+dyn,c1+bn176+pp+band0,c1+bn176+pp+band0+dyn \
+          --columns default,dyn,c1+bn176+pp,c1+bn176+pp+dyn \
           --shapes "$(shapes "1024 2048 4096 8192" "7168 8192" "1024 4096")"
       done ;;
     dyn-lrc)
       export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      for run in 2048,7168,1024:c1+bn176+pp 2048,7168,1024:c1+bn176+pp+dyn \
-          2048,7168,4096:c1+bn176+pp 2048,7168,4096:c1+bn176+pp+dyn; do
+      for run in 2048,7168,1024:default 2048,7168,1024:dyn 2048,7168,1024:c1+bn176+pp \
+          2048,7168,1024:c1+bn176+pp+dyn 2048,7168,4096:default 2048,7168,4096:dyn; do
         shp=${run%%:*} col=${run#*:}
         step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
           --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
