@@ -180,7 +180,9 @@ class DynTiles:
             state = self._dyn_put(ids, state, u)
             j = j + Int32(1)
         if lead & first:
-            done = ptx.atom_add_relaxed_gpu(ws + Int64(layout.CTRL_TILE_DONE), Int32(1))
+            # acq_rel: this lane's fetches are performed before its count, and the lane
+            # that completes the count zeroes the counter after every fetch
+            done = ptx.atom_add_acq_rel_gpu(ws + Int64(layout.CTRL_TILE_DONE), Int32(1))
             if done == lanes - Int32(1):
                 ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_TILE_NEXT), Int32(0))
                 ptx.st_relaxed_gpu(ws + Int64(layout.CTRL_TILE_DONE), Int32(0))
