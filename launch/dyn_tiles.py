@@ -242,3 +242,14 @@ class DynTiles:
                     epi_state.advance(Int32(self.num_sub))
             u = nxt
             i = i + Int32(1)
+
+    @cute.jit
+    def _mma_dyn(self, c, ids, read_state, rel_state, epi_state, tiles_done):
+        """The cooperative MMA warp groups over the units the ring announces."""
+        k_tiles = c[6]
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ID_SLOTS)
+        u, state = self._dyn_take(ids, state)
+        while u >= Int32(0):
+            read_state, rel_state, epi_state, tiles_done = self._mma_unit(
+                c, u, Int32(0), k_tiles, read_state, rel_state, epi_state, tiles_done)
+            u, state = self._dyn_take(ids, state)

@@ -134,9 +134,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         self.pingpong = bool(pingpong)
         self.uniform_desc = bool(v.uniform_desc)
         self.dyn_tiles = bool(v.dyn_tiles)
-        if self.dyn_tiles and (mode != "gemm" or not self.pingpong or sk or not tma_store):
-            raise ValueError("tiles handed out at run time run the plain GEMM's ping-pong "
-                             "kernel with the TMA store, without the split-K tail")
+        if self.dyn_tiles and (mode != "gemm" or sk or not tma_store):
+            raise ValueError("tiles handed out at run time run the plain GEMM with the TMA "
+                             "store, without the split-K tail")
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
                                    bool(trace), bool(push_ctas))
@@ -520,7 +520,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                                     k_tiles, rank, local_M, chunk, rounds, lag, tiled_mma, sA,
                                     sB, sC, ab_pipe, epi_pipe, ids)
             else:
-                self._mma_role(*mma_args)
+                self._mma_role(*mma_args, ids)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
@@ -645,7 +645,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
                   epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
-                  sS_ptr):
+                  sS_ptr, ids=None):
         thr_mma = tiled_mma.get_slice(mtid)
         desc = thr_mma
         if cutlass.const_expr(self.uniform_desc):
@@ -691,150 +691,174 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             brow0, _ = tCcC[0]  # this thread's two rows of the tile
             brow1, _ = tCcC[2]
             xs_row, xs_k, ws_blk, ws_k = self._block_strides(scale_bits, N, k_tiles)
-        for rnd in range(rounds):
-            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                     local_M, k_tiles)
-            _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
-            if u >= Int32(0):
-                first = (mtid == 0) & (tiles_done == Int32(0))
-                tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
-                if cutlass.const_expr(self.row_scales):
-                    self._stage_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits,
-                                       sS_ptr)
-                read_state.reset_count()
-                rel_state.reset_count()
-                if cutlass.const_expr(self.block_scales):
-                    # Each k-group's products are accumulated apart and added to the fp32 sums
-                    # times x's row scales and w's block scale. A scale register is reloaded
-                    # (two k-groups ahead) only after its last read: a move of a fresh load
-                    # would wait for it with the tensor pipes idle (docs/PERF.md (ae)).
-                    row0 = cutlass.min(tm * Int32(self.bm) + brow0, M - Int32(1))
-                    row1 = cutlass.min(tm * Int32(self.bm) + brow1, M - Int32(1))
-                    xa0 = sx_addr + Int64(row0) * xs_row
-                    xa1 = sx_addr + Int64(row1) * xs_row
-                    wa = sw_addr + Int64(tn * Int32(self.bn) // Int32(128)) * ws_blk
-                    sc = (xa0, xa1, wa, xs_k, ws_k)
-                    last = k_hi - Int32(1)
-                    n_k = k_hi - k_lo
-                    a0, a1, aw = self._group_scales(sc, k_lo)
-                    b0, b1, bw = self._group_scales(sc, cutlass.min(k_lo + Int32(1), last))
-                    acc.fill(0.0)
-                    if cutlass.const_expr(self.trace):
-                        # the event is the first stage's arrival (waited for again at issue)
-                        ab_pipe.consumer_wait(read_state)
-                    self._mark(ws, cta, trace.MMA_FIRST_K, first)
-                    mm = (ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks)
-                    if cutlass.const_expr(not self.block_pairs):
-                        # one product set, two k-groups a trip, written out: each reads and
-                        # reloads its own scale registers (state advances stay in the loop body,
-                        # where the DSL carries them)
-                        for kp in range(n_k // Int32(2)):
-                            g = k_lo + Int32(2) * kp
-                            self._issue_group(mm, read_state, acc_k)
-                            read_state.advance()
-                            self._retire_group(ab_pipe, rel_state, 0)
-                            rel_state.advance()
-                            self._promote(acc, acc_k, a0 * aw, a1 * aw)
-                            a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
-                            self._issue_group(mm, read_state, acc_k)
-                            read_state.advance()
-                            self._retire_group(ab_pipe, rel_state, 0)
-                            rel_state.advance()
-                            self._promote(acc, acc_k, b0 * bw, b1 * bw)
-                            b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
-                    else:
-                        # two product sets: two k-groups issued at once, the first's adds run
-                        # under the second's wgmma (none is left in flight across the loop
-                        # edge: there ptxas would serialize every wgmma, C7514)
-                        for kp in range(n_k // Int32(2)):
-                            g = k_lo + Int32(2) * kp
-                            self._issue_group(mm, read_state, acc_k)
-                            read_state.advance()
-                            self._issue_group(mm, read_state, acc_k2)
-                            read_state.advance()
-                            self._retire_group(ab_pipe, rel_state, 1)
-                            rel_state.advance()
-                            self._promote(acc, acc_k, a0 * aw, a1 * aw)
-                            a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
-                            self._retire_group(ab_pipe, rel_state, 0)
-                            rel_state.advance()
-                            self._promote(acc, acc_k2, b0 * bw, b1 * bw)
-                            b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
-                    for _t in range(n_k % Int32(2)):  # an odd count's last k-group
-                        self._issue_group(mm, read_state, acc_k)
-                        read_state.advance()
-                        self._retire_group(ab_pipe, rel_state, 0)
-                        rel_state.advance()
-                        self._promote(acc, acc_k, a0 * aw, a1 * aw)
-                elif self._idle_half(tm, tiles_m, mtid, real):
-                    # every row of this warp group's half lies past x (or the tile is a
-                    # pair's padding): its products would only be dropped, so it frees the
-                    # tensor pipes (the stages still need its release)
-                    for _k in range(k_hi - k_lo):
-                        ab_pipe.consumer_wait(read_state)
-                        ab_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                        read_state.advance()
-                else:
-                    # the first k-block overwrites the accumulators: no zero-fill pass
-                    tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-                    cute.nvgpu.warpgroup.fence()
-                    ab_pipe.consumer_wait(read_state)
-                    self._mark(ws, cta, trace.MMA_FIRST_K, first)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                                  tCrB[(None, None, kb, read_state.index)], acc)
-                        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-                    cute.nvgpu.warpgroup.commit_group()
-                    read_state.advance()
-                    for _k in range(1, k_hi - k_lo):
-                        ab_pipe.consumer_wait(read_state)
-                        for kb in cutlass.range_constexpr(num_k_blocks):
-                            cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
-                                      tCrB[(None, None, kb, read_state.index)], acc)
-                        cute.nvgpu.warpgroup.commit_group()
-                        cute.nvgpu.warpgroup.wait_group(1)
-                        ab_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                        read_state.advance()
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    ab_pipe.consumer_release(rel_state)
-                    rel_state.advance()
-                self._mark(ws, cta, trace.MMA_ACC_DONE, first)
+        c = (mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, chunk, tiled_mma,
+             ab_pipe, epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
+             sS_ptr, tCrA, tCrB, tCcC, acc, num_k_blocks, tiled_r2s, tRS_rD, tRS_rD_out, tRS_sC,
+             tRS_rAcc, size_rD,
+             (acc_k, acc_k2, mma_z, mma_a, brow0, brow1, xs_row, xs_k, ws_blk, ws_k))
+        if cutlass.const_expr(self.dyn_tiles):
+            self._mma_dyn(c, ids, read_state, rel_state, epi_state, tiles_done)
+        else:
+            for rnd in range(rounds):
+                u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
+                                         tiles_n, local_M, k_tiles)
+                _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
+                if u >= Int32(0):
+                    read_state, rel_state, epi_state, tiles_done = self._mma_unit(
+                        c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done)
 
-                finish = True
-                if cutlass.const_expr(self.sk):
-                    # a later piece is stored for its unit's first lane and has no epilogue
-                    finish = k_lo == Int32(0)
-                    if k_lo > Int32(0):
-                        self._sk_store(mtid, acc, lane, ws)
-                    elif k_hi < k_tiles:
-                        pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
-                        self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
-                                     err_addr)
-                if cutlass.const_expr(self.row_scales):
-                    # every thread's copies landed, then the tile's scales are visible to all
-                    cute.arch.cp_async_wait_group(0)
-                    self.mma_bar.arrive_and_wait()
-                if real & finish:
-                    if cutlass.const_expr(self.row_scales):
-                        self._apply_scales(acc, tCcC, sS_ptr)
-                        # every thread has read them before the next unit stages its own
-                        self.mma_bar.arrive_and_wait()
-                    for e in cutlass.range_constexpr(self.num_sub):
-                        for v in cutlass.range_constexpr(size_rD):
-                            tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                        tRS_rD_out.store(tRS_rD.load().to(self.elem))
-                        epi_pipe.producer_acquire(epi_state)
-                        cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
-                        if cutlass.const_expr(self.tma_push):
-                            # the slot is read by bulk copies (async proxy)
-                            cute.arch.fence_proxy("async.shared", space="cta")
-                        epi_pipe.producer_commit(epi_state)
-                        epi_state.advance()
-                    self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
-                if cutlass.const_expr(self.trace):
-                    tiles_done = tiles_done + Int32(1)
+    @cute.jit
+    def _mma_unit(self, c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done):
+        """The MMA warp groups on unit ``u``: k-tiles [k_lo, k_hi) into the accumulators,
+        then (a finished, real tile) its sub-tiles into the ring. Returns the states and
+        the trace's tile count."""
+        (mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, chunk, tiled_mma,
+         ab_pipe, epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
+         sS_ptr, tCrA, tCrB, tCcC, acc, num_k_blocks, tiled_r2s, tRS_rD, tRS_rD_out, tRS_sC,
+         tRS_rAcc, size_rD, scales) = c
+        acc_k, acc_k2, mma_z, mma_a, brow0, brow1, xs_row, xs_k, ws_blk, ws_k = scales
+
+        first = (mtid == 0) & (tiles_done == Int32(0))
+        tm, tn, real = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
+        if cutlass.const_expr(self.row_scales):
+            self._stage_scales(mtid, tm, tn, M, N, sx_addr, sw_addr, scale_bits,
+                               sS_ptr)
+        read_state.reset_count()
+        rel_state.reset_count()
+        if cutlass.const_expr(self.block_scales):
+            # Each k-group's products are accumulated apart and added to the fp32 sums
+            # times x's row scales and w's block scale. A scale register is reloaded
+            # (two k-groups ahead) only after its last read: a move of a fresh load
+            # would wait for it with the tensor pipes idle (docs/PERF.md (ae)).
+            row0 = cutlass.min(tm * Int32(self.bm) + brow0, M - Int32(1))
+            row1 = cutlass.min(tm * Int32(self.bm) + brow1, M - Int32(1))
+            xa0 = sx_addr + Int64(row0) * xs_row
+            xa1 = sx_addr + Int64(row1) * xs_row
+            wa = sw_addr + Int64(tn * Int32(self.bn) // Int32(128)) * ws_blk
+            sc = (xa0, xa1, wa, xs_k, ws_k)
+            last = k_hi - Int32(1)
+            n_k = k_hi - k_lo
+            a0, a1, aw = self._group_scales(sc, k_lo)
+            b0, b1, bw = self._group_scales(sc, cutlass.min(k_lo + Int32(1), last))
+            acc.fill(0.0)
+            if cutlass.const_expr(self.trace):
+                # the event is the first stage's arrival (waited for again at issue)
+                ab_pipe.consumer_wait(read_state)
+            self._mark(ws, cta, trace.MMA_FIRST_K, first)
+            mm = (ab_pipe, mma_z, mma_a, tCrA, tCrB, num_k_blocks)
+            if cutlass.const_expr(not self.block_pairs):
+                # one product set, two k-groups a trip, written out: each reads and
+                # reloads its own scale registers (state advances stay in the loop body,
+                # where the DSL carries them)
+                for kp in range(n_k // Int32(2)):
+                    g = k_lo + Int32(2) * kp
+                    self._issue_group(mm, read_state, acc_k)
+                    read_state.advance()
+                    self._retire_group(ab_pipe, rel_state, 0)
+                    rel_state.advance()
+                    self._promote(acc, acc_k, a0 * aw, a1 * aw)
+                    a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
+                    self._issue_group(mm, read_state, acc_k)
+                    read_state.advance()
+                    self._retire_group(ab_pipe, rel_state, 0)
+                    rel_state.advance()
+                    self._promote(acc, acc_k, b0 * bw, b1 * bw)
+                    b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
+            else:
+                # two product sets: two k-groups issued at once, the first's adds run
+                # under the second's wgmma (none is left in flight across the loop
+                # edge: there ptxas would serialize every wgmma, C7514)
+                for kp in range(n_k // Int32(2)):
+                    g = k_lo + Int32(2) * kp
+                    self._issue_group(mm, read_state, acc_k)
+                    read_state.advance()
+                    self._issue_group(mm, read_state, acc_k2)
+                    read_state.advance()
+                    self._retire_group(ab_pipe, rel_state, 1)
+                    rel_state.advance()
+                    self._promote(acc, acc_k, a0 * aw, a1 * aw)
+                    a0, a1, aw = self._group_scales(sc, cutlass.min(g + Int32(2), last))
+                    self._retire_group(ab_pipe, rel_state, 0)
+                    rel_state.advance()
+                    self._promote(acc, acc_k2, b0 * bw, b1 * bw)
+                    b0, b1, bw = self._group_scales(sc, cutlass.min(g + Int32(3), last))
+            for _t in range(n_k % Int32(2)):  # an odd count's last k-group
+                self._issue_group(mm, read_state, acc_k)
+                read_state.advance()
+                self._retire_group(ab_pipe, rel_state, 0)
+                rel_state.advance()
+                self._promote(acc, acc_k, a0 * aw, a1 * aw)
+        elif self._idle_half(tm, tiles_m, mtid, real):
+            # every row of this warp group's half lies past x (or the tile is a
+            # pair's padding): its products would only be dropped, so it frees the
+            # tensor pipes (the stages still need its release)
+            for _k in range(k_hi - k_lo):
+                ab_pipe.consumer_wait(read_state)
+                ab_pipe.consumer_release(rel_state)
+                rel_state.advance()
+                read_state.advance()
+        else:
+            # the first k-block overwrites the accumulators: no zero-fill pass
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+            cute.nvgpu.warpgroup.fence()
+            ab_pipe.consumer_wait(read_state)
+            self._mark(ws, cta, trace.MMA_FIRST_K, first)
+            for kb in cutlass.range_constexpr(num_k_blocks):
+                cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
+                          tCrB[(None, None, kb, read_state.index)], acc)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            cute.nvgpu.warpgroup.commit_group()
+            read_state.advance()
+            for _k in range(1, k_hi - k_lo):
+                ab_pipe.consumer_wait(read_state)
+                for kb in cutlass.range_constexpr(num_k_blocks):
+                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, read_state.index)],
+                              tCrB[(None, None, kb, read_state.index)], acc)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.nvgpu.warpgroup.wait_group(1)
+                ab_pipe.consumer_release(rel_state)
+                rel_state.advance()
+                read_state.advance()
+            cute.nvgpu.warpgroup.wait_group(0)
+            ab_pipe.consumer_release(rel_state)
+            rel_state.advance()
+        self._mark(ws, cta, trace.MMA_ACC_DONE, first)
+
+        finish = True
+        if cutlass.const_expr(self.sk):
+            # a later piece is stored for its unit's first lane and has no epilogue
+            finish = k_lo == Int32(0)
+            if k_lo > Int32(0):
+                self._sk_store(mtid, acc, lane, ws)
+            elif k_hi < k_tiles:
+                pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
+                self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
+                             err_addr)
+        if cutlass.const_expr(self.row_scales):
+            # every thread's copies landed, then the tile's scales are visible to all
+            cute.arch.cp_async_wait_group(0)
+            self.mma_bar.arrive_and_wait()
+        if real & finish:
+            if cutlass.const_expr(self.row_scales):
+                self._apply_scales(acc, tCcC, sS_ptr)
+                # every thread has read them before the next unit stages its own
+                self.mma_bar.arrive_and_wait()
+            for e in cutlass.range_constexpr(self.num_sub):
+                for v in cutlass.range_constexpr(size_rD):
+                    tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+                tRS_rD_out.store(tRS_rD.load().to(self.elem))
+                epi_pipe.producer_acquire(epi_state)
+                cute.copy(tiled_r2s, tRS_rD_out, tRS_sC[(None, None, None, epi_state.index)])
+                if cutlass.const_expr(self.tma_push):
+                    # the slot is read by bulk copies (async proxy)
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                epi_pipe.producer_commit(epi_state)
+                epi_state.advance()
+            self._mark(ws, cta, trace.MMA_LAST_DONE, mtid == 0)
+        if cutlass.const_expr(self.trace):
+            tiles_done = tiles_done + Int32(1)
+        return read_state, rel_state, epi_state, tiles_done
+
 
     @cute.jit
     def _idle_half(self, tm, tiles_m, mtid, real):

@@ -89,7 +89,7 @@ class Tuning:
 
     ``uniform_desc``: an experiment (sm90; docs/TUNING.md): the mainloop's descriptors in
     uniform registers (``Variant.uniform_desc``); off until a GPU times it.
-    ``dyn_tiles``: an experiment (the sm90 plain GEMM's ping-pong kernel):
+    ``dyn_tiles``: an experiment (the sm90 plain GEMM with the TMA store):
     tiles handed out by a counter at run time (``Variant.dyn_tiles``).
 
     ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads

@@ -95,7 +95,7 @@ class Variant:
     each thread: every thread of a group gets the same descriptors either way, but only
     then does ptxas keep their arithmetic in uniform registers, with no per-thread values
     moved into them before each wgmma (docs/PERF.md (av)).
-    ``dyn_tiles`` (an experiment, sm90, the plain GEMM's ping-pong kernel):
+    ``dyn_tiles`` (an experiment, sm90, the plain GEMM with the TMA store, no split-K tail):
     tiles handed out at run time (``launch.dyn_tiles``): a lane's first two units are the
     static order's, every later one the next of a counter in the workspace, so the units in
     flight stay about one round of consecutive ones however the lanes drift.

@@ -25,7 +25,7 @@ tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``ud`` (the mainloop's descriptors in uniform registers,
 ``Variant.uniform_desc``), ``dyn`` (tiles handed out by a counter at run time,
-``Variant.dyn_tiles``: ping-pong plans), joined
+``Variant.dyn_tiles``; not with ``sk``), joined
 with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 

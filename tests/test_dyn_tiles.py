@@ -1,5 +1,5 @@
-"""``Tuning.dyn_tiles`` (an experiment): the plain GEMM's ping-pong kernel with its tiles
-handed out at run time by a counter in the workspace (``launch.dyn_tiles``). Validated as a
+"""``Tuning.dyn_tiles`` (an experiment): the plain GEMM (ping-pong or cooperative) with its
+tiles handed out at run time by a counter in the workspace (``launch.dyn_tiles``). Validated as a
 bool, refused by the fused ops and by kernels it has no form in, changing nothing but
 ``Variant.dyn_tiles``; its kernels compile with the static order's wgmmas, none serialized,
 nothing spilled, the 2x1 clusters' units sent to the second CTA by ``st.async``."""
@@ -42,9 +42,9 @@ def test_kernels_without_a_form_of_it_refuse():
     pytest.importorskip("cutlass")
     from launch.cache import kernel_for
     _, v = resolve(Shape(1024, 8192, 1024, "gemm"), H100, 2, "unicast",
-                   tuning=Tuning(pingpong=False, dyn_tiles=True))
-    assert not v.pingpong
-    with pytest.raises(ValueError, match="ping-pong"):
+                   tuning=Tuning(tma_store=False, dyn_tiles=True))
+    assert not v.tma_store
+    with pytest.raises(ValueError, match="TMA store"):
         kernel_for(v)
 
 
@@ -54,12 +54,17 @@ def test_its_counter_words_sit_in_the_control_region_alone():
     assert len(set(words)) == len(words) and max(words) + 4 <= layout.CTRL_DONE
 
 
-@pytest.mark.parametrize("tuning", [Tuning(), PP_ONE], ids=["pairs", "one-cta"])
-def test_its_kernels_compile_like_the_static_ones(ptx_of, tuning, tmp_path):
+@pytest.mark.parametrize("shape,tuning", [
+    (PP_PAIRS, Tuning()), (PP_PAIRS, PP_ONE),
+    (Shape(1024, 8192, 1024, "gemm"), Tuning()),  # cooperative, 1-CTA 256 wide
+    (Shape(4096, 7168, 4096, "gemm"), Tuning(pingpong=False, cta_group=2, bn=224)),
+], ids=["pingpong-pairs", "pingpong-one-cta", "cooperative", "cooperative-pairs"])
+def test_its_kernels_compile_like_the_static_ones(ptx_of, shape, tuning, tmp_path):
     pytest.importorskip("cutlass")
     from ptx_checks import ptxas_log
-    _, v = resolve(PP_PAIRS, H100, 2, "unicast", tuning=tuning)
-    _, v_d = resolve(PP_PAIRS, H100, 2, "unicast", tuning=tuning.replace(dyn_tiles=True))
+    _, v = resolve(shape, H100, 2, "unicast", tuning=tuning)
+    _, v_d = resolve(shape, H100, 2, "unicast", tuning=tuning.replace(dyn_tiles=True))
+    assert v_d == dataclasses.replace(v, dyn_tiles=1)
     ptx, ptx_d = ptx_of(v), ptx_of(v_d)
     mma = r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k\d+\S*"
     assert re.findall(mma, ptx_d) == re.findall(mma, ptx)
