@@ -75,3 +75,9 @@ def test_its_kernels_compile_like_the_static_ones(ptx_of, shape, tuning, tmp_pat
         for code in ("C7514", "C7517", "C7520"):  # no wgmma serialized
             assert code not in log, log[-2000:]
         assert " 0 bytes spill stores" in log, log[-2000:]
+
+
+def test_sm100_refuses_it():
+    with pytest.raises(RsarValueError, match=r"Tuning\.dyn_tiles.*sm_100a kernel has none"):
+        resolve(Shape(2048, 7168, 1024, "gemm"), Hardware("sm_100a", 148, 148), 2, "unicast",
+                tuning=Tuning(dyn_tiles=True))
