@@ -173,7 +173,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc placement profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -418,10 +418,18 @@ for s in "$@"; do
       for seed in 43 44; do
         gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
       done ;;
+    placement)
+      # benchmarks/sm_placement.cu, built here into .device (no nvcc on the GPU machine)
+      step sm_placement 30 .device/sm_placement ;;
     dyn)
       # tiles handed out at run time (``Variant.dyn_tiles``) against the same plans in the
       # static order (the default, a 1-CTA ping-pong one); every column checked before and
-      # after its timed calls
+      # after its timed calls. First a short check of every form (pairs with an odd tile
+      # row, fewer units than lanes, bands, cooperative): a hang costs 90 s, not the step
+      gemm_step dyn_check 90 --iters 3 --blocks 1 \
+        --columns default,dyn,c1+bn176+pp+dyn,c2+bn176+pp+band4+dyn \
+        --shapes "2048,7168,1024;800,7168,4096;128,7168,1024;1024,8192,1024"
+      grep -q geomean "$out/dyn_check.log" || continue
       for seed in ${DYN_SEEDS:-47 48}; do
         gemm_step "dyn_$seed" 250 --shuffle $seed --blocks 3 \
           --columns default,dyn,c1+bn176+pp,c1+bn176+pp+dyn \
