@@ -198,6 +198,19 @@ shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 
   done
   echo "${r%;}"
 }
+lrc_runs() {  # SHAPE:COLUMN...: the L2 request coalescer's counters (LRC), one ncu run
+  # each (ours and torch.mm's kernel), and their table in OUTDIR/lrc_table.txt
+  export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
+  local run shp col
+  for run in "$@"; do
+    shp=${run%%:*} col=${run#*:}
+    step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
+      --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
+      --build-jobs "$(nproc)"
+  done
+  python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
+  cat "$out/lrc_table.txt"
+}
 profile_runs() {  # SHAPE:COLUMN...: Nsight Compute's full set on one launch of each column's
   # kernel: the SASS source page summed by benchmarks/sass_stalls.py (profile_*.txt) and the
   # details page (L2 / DRAM / tensor-pipe counters), both tarred: a call returns 8 files
@@ -436,29 +449,13 @@ for s in "$@"; do
           --shapes "$(shapes "1024 2048 4096 8192" "7168 8192" "1024 4096")"
       done ;;
     dyn-lrc)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      for run in 2048,7168,1024:default 2048,7168,1024:dyn 2048,7168,1024:c1+bn176+pp \
-          2048,7168,1024:c1+bn176+pp+dyn 2048,7168,4096:default 2048,7168,4096:dyn; do
-        shp=${run%%:*} col=${run#*:}
-        step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
-          --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
-          --build-jobs "$(nproc)"
-      done
-      python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
-      cat "$out/lrc_table.txt" ;;
+      lrc_runs 2048,7168,1024:default 2048,7168,1024:dyn 2048,7168,1024:c1+bn176+pp \
+        2048,7168,1024:c1+bn176+pp+dyn 2048,7168,4096:default 2048,7168,4096:dyn ;;
     lrc)
-      export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
-      for run in 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
-          2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
-          4096,7168,1024:default 4096,7168,1024:c2+bn176+pp+band8 2048,7168,4096:default \
-          2048,7168,4096:c2+bn176+pp+band0 512,7168,1024:default 1024,8192,1024:default; do
-        shp=${run%%:*} col=${run#*:}
-        step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
-          --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
-          --build-jobs "$(nproc)"
-      done
-      python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
-      cat "$out/lrc_table.txt" ;;
+      lrc_runs 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
+        2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
+        4096,7168,1024:default 4096,7168,1024:c2+bn176+pp+band8 2048,7168,4096:default \
+        2048,7168,4096:c2+bn176+pp+band0 512,7168,1024:default 1024,8192,1024:default ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
     profile-ud)
