@@ -20,6 +20,8 @@ under the other's mainloop.
   it, for the same reason: a group starts an epilogue once the other group has taken its
   slots for the round before.
 - Both hand-overs are named barriers passed on every round, whether or not it had a tile.
+- With ``dyn_tiles`` the rounds are the units the producer announces, in the order it
+  fetched them (``launch.dyn_tiles._pingpong_dyn``): the same turns, ending at the last.
 """
 from __future__ import annotations
 
