@@ -77,12 +77,9 @@ class DynTiles:
     @cute.jit
     def _dyn_unit(self, pos, num_tiles, tiles_m, tiles_n, lag):
         """The unit at ``pos`` of the flat order (bands as ``lag`` says), or -1 past the
-        last."""
-        u = Int32(-1)
-        if pos < num_tiles:
-            u = self._scheduled_unit(Int32(0), pos, Int32(0), num_tiles, lag, num_tiles,
-                                     tiles_m, tiles_n, Int32(0))
-        return u
+        last: the static schedule's unit of lane ``pos`` in round 0."""
+        return self._scheduled_unit(Int32(0), pos, Int32(0), num_tiles, lag, num_tiles,
+                                    tiles_m, tiles_n, Int32(0))
 
     @cute.jit
     def _dyn_put(self, ids, state, u):
@@ -147,15 +144,13 @@ class DynTiles:
         return u, mstate
 
     @cute.jit
-    def _dyn_producer(self, loads, prod, ids, ws, num_ctas, num_tiles, tiles_m, tiles_n, lag,
-                      k_tiles):
-        """The producer warp's loop: fetch (or receive), announce and load each unit.
-        Returns the mainloop pipeline state."""
-        g = Int32(self.cta_group)
-        lanes = num_ctas // g
-        cta = cute.arch.block_idx()[0]
-        lane = cta // g
-        lead = cta - lane * g == Int32(0)
+    def _dyn_producer(self, loads, prod, ids, ws, lane, v_in_pair, num_ctas, num_tiles,
+                      tiles_m, tiles_n, lag, k_tiles):
+        """The producer warp of lane ``lane`` (CTA ``v_in_pair`` of its cluster): fetch (the
+        cluster's first CTA) or receive, announce and load each unit. Returns the mainloop
+        pipeline state."""
+        lanes = num_ctas // Int32(self.cta_group)
+        lead = v_in_pair == Int32(0)
         first = cute.arch.lane_idx() == Int32(0)
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ID_SLOTS)
         # the mailbox: the leader writes (a producer's phases), the other CTA reads

@@ -467,8 +467,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                 loads = (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB,
                          a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
                 if cutlass.const_expr(self.dyn_tiles):
-                    prod = self._dyn_producer(loads, prod, ids, ws, num_ctas, num_tiles,
-                                              tiles_m, tiles_n, lag, k_tiles)
+                    prod = self._dyn_producer(loads, prod, ids, ws, lane, v_in_pair, num_ctas,
+                                              num_tiles, tiles_m, tiles_n, lag, k_tiles)
                 else:
                     for rnd in range(rounds):
                         u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,

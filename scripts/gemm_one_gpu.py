@@ -9,8 +9,9 @@ product of the same inputs (NaN-poisoned output), then timed in blocks (each que
 a GPU sleep that outlasts the host's launches, taken again where it did not; inputs rotated
 past L2) in which torch.mm and the columns run call by call in turn, so every ratio's two
 sides meet the same clocks; the median per column is reported, with the ratio torch.mm /
-column, and the JSON's ``block_ratios`` give each block's; then checked again. ``--interleave blocks`` (the
-method before docs/PERF.md (as)) runs a column's calls together, then the next column's.
+column, and the JSON's ``block_ratios`` give each block's; then checked again.
+``--interleave blocks`` (the method before docs/PERF.md (as)) runs a column's calls
+together, then the next column's.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
@@ -93,8 +94,8 @@ def column_knobs(name: str) -> dict:
             knobs["dyn_tiles"] = True
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, dyn, "
-                             f"joined with +)")
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, "
+                             f"dyn, joined with +)")
     return knobs
 
 
