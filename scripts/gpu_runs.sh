@@ -173,7 +173,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc placement profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks grid-dyn xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc placement profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -273,6 +273,9 @@ for s in "$@"; do
       gemm_step grid_calls 420 --columns default --blocks 5 ;;
     grid-blocks)
       gemm_step grid_blocks 420 --columns default --interleave blocks --blocks 5 ;;
+    grid-dyn)
+      # the 48 shapes with the default plans' tiles in both orders (``Variant.dyn_tiles``)
+      gemm_step grid_dyn 540 --columns default,dyn --blocks 3 ;;
     xloads)
       gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
