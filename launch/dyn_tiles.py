@@ -187,7 +187,7 @@ class DynTiles:
     def _store_dyn(self, st, ids, v_in_pair, tiles_m, epi_state, rel_state):
         """The store warp's loop over the units the ring announces (a pair's padding tile
         is not stored)."""
-        tiles_n = st[4]
+        tiles_n = st.tiles_n
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ID_SLOTS)
         u, state = self._dyn_take(ids, state)
         while u >= Int32(0):
@@ -204,8 +204,8 @@ class DynTiles:
         ``i % 2``'s (``_pingpong_role``'s turns). Every group reads every unit; the group
         of unit i reads unit i + 1 before it passes a turn, and passes it only if there is
         one, so no turn is left open at the end."""
-        ab_pipe = ctx[3]
-        k_tiles = ctx[10]
+        ab_pipe = ctx.ab_pipe
+        k_tiles = ctx.k_tiles
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ID_SLOTS)
         u, state = self._dyn_take(ids, state)
         i = Int32(0)
@@ -241,7 +241,7 @@ class DynTiles:
     @cute.jit
     def _mma_dyn(self, c, ids, read_state, rel_state, epi_state, tiles_done):
         """The cooperative MMA warp groups over the units the ring announces."""
-        k_tiles = c[6]
+        k_tiles = c.k_tiles
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ID_SLOTS)
         u, state = self._dyn_take(ids, state)
         while u >= Int32(0):

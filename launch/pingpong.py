@@ -25,6 +25,8 @@ under the other's mainloop.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -35,6 +37,10 @@ Int32 = cutlass.Int32
 Float32 = cutlass.Float32
 
 _GROUP = 128  # threads of a warp group
+# what a group's mainloop and epilogue take (``_pp_mainloop``, ``_pp_epilogue``); parts: the
+# halves' smem and accumulator partitions
+PpCtx = namedtuple("PpCtx", "mma_z mma_a frags ab_pipe epi_pipe tiled_r2s tRS_rD tRS_rD_out "
+                   "parts size_rD k_tiles")
 # named barriers (2-4 are the kernel's own): "warp group 0 / 1 may start its mainloop's
 # waits" (5, 6), "... its epilogue" (7, 8)
 _MAIN_BAR = (5, 6)
@@ -95,8 +101,8 @@ class PingPongMma:
         # the ring position of the group's next sub-tile: the other group's tiles fill the
         # slots in between
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
-        ctx = (mma_z, mma_a, frags, ab_pipe, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out,
-               (tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi), size_rD, k_tiles)
+        ctx = PpCtx(mma_z, mma_a, frags, ab_pipe, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out,
+                    (tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi), size_rD, k_tiles)
         if cutlass.const_expr(self.dyn_tiles):
             self._pingpong_dyn(grp, v_in_pair, tiles_m, tiles_n, main_turn, epi_turn, ctx,
                                ids, read_state, rel_state, epi_state)
@@ -140,7 +146,8 @@ class PingPongMma:
     def _pp_mainloop(self, ctx, read_state, rel_state):
         """A tile's mainloop on both halves: every stage waited for, all but the last
         released (the caller retires the wgmmas and releases it). Returns the states."""
-        mma_z, mma_a, frags, ab_pipe, _, _, _, _, _, _, k_tiles = ctx
+        mma_z, mma_a, frags, ab_pipe = ctx.mma_z, ctx.mma_a, ctx.frags, ctx.ab_pipe
+        k_tiles = ctx.k_tiles
         cute.nvgpu.warpgroup.fence()
         ab_pipe.consumer_wait(read_state)
         self._pp_stage(mma_z, mma_a, frags, read_state.index)
@@ -157,8 +164,9 @@ class PingPongMma:
     @cute.jit
     def _pp_epilogue(self, ctx, epi_state):
         """A finished tile's sub-tiles into the ring, both halves. Returns the state."""
-        _, _, _, _, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out, parts, size_rD, _ = ctx
-        tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi = parts
+        epi_pipe, tiled_r2s, size_rD = ctx.epi_pipe, ctx.tiled_r2s, ctx.size_rD
+        tRS_rD, tRS_rD_out = ctx.tRS_rD, ctx.tRS_rD_out
+        tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi = ctx.parts
         for e in cutlass.range_constexpr(self.num_sub):
             epi_pipe.producer_acquire(epi_state)
             for v in cutlass.range_constexpr(size_rD):

@@ -35,6 +35,7 @@ communication warp stores each output sub-tile from the ring by TMA (``tma_store
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -75,6 +76,18 @@ def _tma_op(multicast: int) -> Any:
     if multicast > 1:
         return cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
     return cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+
+
+# what each role's per-unit helper takes, built once per launch: the static and the
+# run-time tile orders (``launch.dyn_tiles``) share the helpers and read fields by name
+LoadCtx = namedtuple("LoadCtx", "ab_pipe tma_a tAgA tAsA tma_x tXgX tXsX tma_b tBgB tBsB "
+                     "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n")
+StoreCtx = namedtuple("StoreCtx", "tma_c sC_st gC_st epi_pipe tiles_n")
+# scales: the fp8 block-scale accumulators, MMAs, rows and strides
+MmaCtx = namedtuple("MmaCtx", "mtid lane v_in_pair num_tiles tiles_m tiles_n k_tiles rank chunk "
+                    "tiled_mma ab_pipe epi_pipe ws cta timeout_ns err_addr M N sx_addr sw_addr "
+                    "scale_bits sS_ptr tCrA tCrB tCcC acc num_k_blocks tiled_r2s tRS_rD "
+                    "tRS_rD_out tRS_sC tRS_rAcc size_rD scales")
 
 
 class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces):
@@ -464,8 +477,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
-                loads = (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB,
-                         a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
+                loads = LoadCtx(ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB,
+                                tBsB, a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
                 if cutlass.const_expr(self.dyn_tiles):
                     prod = self._dyn_producer(loads, prod, ids, ws, lane, v_in_pair, num_ctas,
                                               num_tiles, tiles_m, tiles_n, lag, k_tiles)
@@ -599,7 +612,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
-        st = (tma_c, sC_st, gC_st, epi_pipe, tiles_n)
+        st = StoreCtx(tma_c, sC_st, gC_st, epi_pipe, tiles_n)
         if cutlass.const_expr(self.dyn_tiles):
             self._store_dyn(st, ids, cta - (cta // Int32(self.cta_group)) * Int32(self.cta_group),
                             tiles_m, epi_state, rel_state)
@@ -691,11 +704,11 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             brow0, _ = tCcC[0]  # this thread's two rows of the tile
             brow1, _ = tCcC[2]
             xs_row, xs_k, ws_blk, ws_k = self._block_strides(scale_bits, N, k_tiles)
-        c = (mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, chunk, tiled_mma,
-             ab_pipe, epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
-             sS_ptr, tCrA, tCrB, tCcC, acc, num_k_blocks, tiled_r2s, tRS_rD, tRS_rD_out, tRS_sC,
-             tRS_rAcc, size_rD,
-             (acc_k, acc_k2, mma_z, mma_a, brow0, brow1, xs_row, xs_k, ws_blk, ws_k))
+        c = MmaCtx(mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, chunk,
+                   tiled_mma, ab_pipe, epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr,
+                   sw_addr, scale_bits, sS_ptr, tCrA, tCrB, tCcC, acc, num_k_blocks, tiled_r2s,
+                   tRS_rD, tRS_rD_out, tRS_sC, tRS_rAcc, size_rD,
+                   (acc_k, acc_k2, mma_z, mma_a, brow0, brow1, xs_row, xs_k, ws_blk, ws_k))
         if cutlass.const_expr(self.dyn_tiles):
             self._mma_dyn(c, ids, read_state, rel_state, epi_state, tiles_done)
         else:
