@@ -452,6 +452,10 @@ for s in "$@"; do
           --shapes "$(shapes "1024 2048 4096 8192" "7168 8192" "1024 4096")"
       done ;;
     dyn-lrc)
+      # after a failed dyn_check its kernels would only hang or fail once per counter run
+      if [ -f "$out/dyn_check.log" ] && ! grep -q geomean "$out/dyn_check.log"; then
+        echo "dyn-lrc skipped: dyn_check did not pass"; continue
+      fi
       lrc_runs 2048,7168,1024:default 2048,7168,1024:dyn 2048,7168,1024:c1+bn176+pp \
         2048,7168,1024:c1+bn176+pp+dyn 2048,7168,4096:default 2048,7168,4096:dyn ;;
     lrc)
