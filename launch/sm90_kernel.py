@@ -509,9 +509,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                         sC_tma = cute.make_tensor(
                             cute.recast_ptr(sC_ptr, self._sw_bytes(), dtype=self.elem),
                             self._slot_outer(self.epi_slots))
-                        self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
-                                         local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
-                                         mC, ids)
+                        self._store_role(cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
+                                         rank, local_M, chunk, rounds, lag, epi_pipe, sC_tma,
+                                         tma_c, mC, ids)
                 else:
                     self._comm_role(*comm_args)
         else:
@@ -600,8 +600,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         return tm, tn, real
 
     @cute.jit
-    def _store_role(self, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
-                    rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor, ids=None):
+    def _store_role(self, cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M,
+                    chunk, rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor, ids=None):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
         TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
         warps once the stores have read them: the oldest whenever the warp holds the whole
@@ -614,8 +614,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         st = StoreCtx(tma_c, sC_st, gC_st, epi_pipe, tiles_n)
         if cutlass.const_expr(self.dyn_tiles):
-            self._store_dyn(st, ids, cta - (cta // Int32(self.cta_group)) * Int32(self.cta_group),
-                            tiles_m, epi_state, rel_state)
+            self._store_dyn(st, ids, v_in_pair, tiles_m, epi_state, rel_state)
         else:
             for rnd in range(rounds):
                 t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
