@@ -4,7 +4,9 @@
 // by GPC, and the 2-CTA launch shows which GPCs the 2x1-cluster lanes 0, 1, 2, ... take:
 // whether neighbouring lanes of the tile order (units that share x's or w's tiles) sit on
 // one GPC, where the L2 request coalescer can merge their requests (docs/perf/HISTORY.md
-// (av), (aw)). Built here, run on the GPU machine:
+// (av); on one H100 (ay): they do not: SM ids interleave the GPCs, TPC t in GPC t mod 8 for
+// the first 32 TPCs, so consecutive blocks and clusters land on different GPCs; the output
+// is docs/perf/sm-placement-h100-2026-12-07ay.txt). Built here, run on the GPU machine:
 //   nvcc -O2 -arch=sm_90a -cudart static -o .device/sm_placement benchmarks/sm_placement.cu
 //   (carry .device)  .device/sm_placement > $OUT/sm_placement.txt
 // Each line: "block:smid/cluster/rank-in-cluster".

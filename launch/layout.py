@@ -27,8 +27,6 @@ from .geometry import (BM, SK_CTAS, SK_MAX_PIECES, TILE_NS, ceil_div, max_recv_s
 CTRL_EPOCH = 0
 CTRL_EXIT_COUNT = 4
 CTRL_ABORT = 8
-CTRL_TILE_NEXT = 16  # the plain GEMM's unit counter (``launch.dyn_tiles``), zero between launches
-CTRL_TILE_DONE = 20  # lanes that have fetched past its last unit
 CTRL_DONE = 256  # + 4 * src: written at exit (the default exit), read by no one
 CTRL_STARTED = 384  # + 8 * src: src has started launch e: (e + 1, its shape word)
 MAX_WORLD = 16

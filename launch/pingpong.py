@@ -20,8 +20,6 @@ under the other's mainloop.
   it, for the same reason: a group starts an epilogue once the other group has taken its
   slots for the round before.
 - Both hand-overs are named barriers passed on every round, whether or not it had a tile.
-- With ``dyn_tiles`` the rounds are the units the producer announces, in the order it
-  fetched them (``launch.dyn_tiles._pingpong_dyn``): the same turns, ending at the last.
 """
 from __future__ import annotations
 
@@ -58,7 +56,7 @@ class PingPongMma:
     @cute.jit
     def _pingpong_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                        local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC,
-                       ab_pipe, epi_pipe, ids=None):
+                       ab_pipe, epi_pipe):
         """Both MMA warp groups (``mtid`` 0-255): each computes the tiles of its rounds and
         hands them to the sub-tile ring, in round order with the other group's."""
         # uniform across the warp group: ptxas serializes wgmmas behind branches it cannot
@@ -67,14 +65,9 @@ class PingPongMma:
         wt = mtid - grp * Int32(_GROUP)
         thr_lo = tiled_mma.get_slice(wt)
         thr_hi = tiled_mma.get_slice(wt + Int32(_GROUP))
-        desc_lo, desc_hi = thr_lo, thr_hi
-        if cutlass.const_expr(self.uniform_desc):
-            # each half's descriptors at a constant thread (``Variant.uniform_desc``)
-            desc_lo = tiled_mma.get_slice(0)
-            desc_hi = tiled_mma.get_slice(_GROUP)
-        tCrA_lo = tiled_mma.make_fragment_A(desc_lo.partition_A(sA))
-        tCrA_hi = tiled_mma.make_fragment_A(desc_hi.partition_A(sA))
-        tCrB = tiled_mma.make_fragment_B(desc_lo.partition_B(sB))
+        tCrA_lo = tiled_mma.make_fragment_A(thr_lo.partition_A(sA))
+        tCrA_hi = tiled_mma.make_fragment_A(thr_hi.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_lo.partition_B(sB))
         tCcC = thr_lo.partition_C(cute.make_identity_tensor((self.bm, self.bn)))
         acc_lo = cute.make_rmem_tensor(tCcC.shape, Float32)
         acc_hi = cute.make_rmem_tensor(tCcC.shape, Float32)
@@ -103,44 +96,40 @@ class PingPongMma:
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_slots)
         ctx = PpCtx(mma_z, mma_a, frags, ab_pipe, epi_pipe, tiled_r2s, tRS_rD, tRS_rD_out,
                     (tRS_sC_lo, tRS_sC_hi, tRS_rAcc_lo, tRS_rAcc_hi), size_rD, k_tiles)
-        if cutlass.const_expr(self.dyn_tiles):
-            self._pingpong_dyn(grp, v_in_pair, tiles_m, tiles_n, main_turn, epi_turn, ctx,
-                               ids, read_state, rel_state, epi_state)
-        else:
-            for rnd in range(rounds):
-                u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
-                                         tiles_n, local_M, k_tiles)
-                mine = (rnd - (rnd // Int32(2)) * Int32(2)) == grp
-                _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m,
-                                             tiles_n)
-                real = real & (u >= Int32(0))
-                if mine:
-                    if rnd > Int32(0):
-                        self._turn_wait(main_turn, grp)
-                    if u >= Int32(0):
-                        read_state, rel_state = self._pp_mainloop(ctx, read_state, rel_state)
-                        # every stage of this round has been waited for: the other group's
-                        # waits of the next round are at most one phase ahead of each
-                        # stage's barrier
-                        if rnd + Int32(1) < rounds:
-                            self._turn_pass(main_turn, grp)
-                        # (in this branch: ptxas sees every wgmma retired before the epilogue)
-                        cute.nvgpu.warpgroup.wait_group(0)
-                        ab_pipe.consumer_release(rel_state)
-                        rel_state.advance()
-                    elif rnd + Int32(1) < rounds:
-                        self._turn_pass(main_turn, grp)
-                    if rnd > Int32(0):
-                        self._turn_wait(epi_turn, grp)
-                    if real:
-                        epi_state = self._pp_epilogue(ctx, epi_state)
+        for rnd in range(rounds):
+            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
+                                     tiles_n, local_M, k_tiles)
+            mine = (rnd - (rnd // Int32(2)) * Int32(2)) == grp
+            _, _, real = self._unit_tile(cutlass.max(u, Int32(0)), v_in_pair, tiles_m,
+                                         tiles_n)
+            real = real & (u >= Int32(0))
+            if mine:
+                if rnd > Int32(0):
+                    self._turn_wait(main_turn, grp)
+                if u >= Int32(0):
+                    read_state, rel_state = self._pp_mainloop(ctx, read_state, rel_state)
+                    # every stage of this round has been waited for: the other group's
+                    # waits of the next round are at most one phase ahead of each
+                    # stage's barrier
                     if rnd + Int32(1) < rounds:
-                        self._turn_pass(epi_turn, grp)
-                elif u >= Int32(0):
-                    read_state.advance(k_tiles)
-                    rel_state.advance(k_tiles)
-                    if real:
-                        epi_state.advance(Int32(self.num_sub))
+                        self._turn_pass(main_turn, grp)
+                    # (in this branch: ptxas sees every wgmma retired before the epilogue)
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    ab_pipe.consumer_release(rel_state)
+                    rel_state.advance()
+                elif rnd + Int32(1) < rounds:
+                    self._turn_pass(main_turn, grp)
+                if rnd > Int32(0):
+                    self._turn_wait(epi_turn, grp)
+                if real:
+                    epi_state = self._pp_epilogue(ctx, epi_state)
+                if rnd + Int32(1) < rounds:
+                    self._turn_pass(epi_turn, grp)
+            elif u >= Int32(0):
+                read_state.advance(k_tiles)
+                rel_state.advance(k_tiles)
+                if real:
+                    epi_state.advance(Int32(self.num_sub))
 
     @cute.jit
     def _pp_mainloop(self, ctx, read_state, rel_state):

@@ -120,8 +120,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows, uniform_desc=int(t.uniform_desc and sm90),
-        dyn_tiles=int(t.dyn_tiles))
+        x_rows=x_rows)
     return plan, v
 
 
@@ -152,8 +151,7 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                                  f"block of w per tile column), not Tuning.bn={t.bn}")
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
-        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box",
-                                    "uniform_desc", "dyn_tiles")
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box")
                            if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
@@ -164,10 +162,6 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                              f"{shape.mode}{' with fp8 operands' if dtypes.operands else ''}")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
-    if t.dyn_tiles and shape.mode != "gemm":
-        raise RsarValueError("Tuning.dyn_tiles: tiles handed out at run time are the plain "
-                             "GEMM's (gemm_only); the fused ops' ranks must agree on each "
-                             "tile's place")
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",

@@ -49,7 +49,6 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
-from .dyn_tiles import DynTiles
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
 from .geometry import BM, EPI_N, TILE_MS, TILE_NS, X_ROWS
@@ -78,8 +77,7 @@ def _tma_op(multicast: int) -> Any:
     return cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
 
 
-# what each role's per-unit helper takes, built once per launch: the static and the
-# run-time tile orders (``launch.dyn_tiles``) share the helpers and read fields by name
+# what each role's per-unit helper takes, built once per launch and passed as one value
 LoadCtx = namedtuple("LoadCtx", "ab_pipe tma_a tAgA tAsA tma_x tXgX tXsX tma_b tBgB tBsB "
                      "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n")
 StoreCtx = namedtuple("StoreCtx", "tma_c sC_st gC_st epi_pipe tiles_n")
@@ -90,7 +88,7 @@ MmaCtx = namedtuple("MmaCtx", "mtid lane v_in_pair num_tiles tiles_m tiles_n k_t
                     "tRS_rD_out tRS_sC tRS_rAcc size_rD scales")
 
 
-class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces):
+class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
     """One compiled ``Variant``; everything else is a launch argument."""
 
     def __init__(self, v: Variant) -> None:
@@ -145,11 +143,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             raise ValueError("the split-K tail runs on 1-CTA tiles in a flat order (the plain "
                              "GEMM, or flat peers-first)")
         self.pingpong = bool(pingpong)
-        self.uniform_desc = bool(v.uniform_desc)
-        self.dyn_tiles = bool(v.dyn_tiles)
-        if self.dyn_tiles and (mode != "gemm" or sk or not tma_store):
-            raise ValueError("tiles handed out at run time run the plain GEMM with the TMA "
-                             "store, without the split-K tail")
         if self.pingpong:
             why = pingpong_refusal(bn, mode, bool(tma_store), self.scaled, bool(sk),
                                    bool(trace), bool(push_ctas))
@@ -302,8 +295,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             "sC": cute.struct.Align[
                 cute.struct.MemRange[self.elem, self.bm * self.epi_pitch * self.epi_slots], 1024],
         }
-        if self.dyn_tiles:
-            fields.update(self._dyn_fields())
         if self.row_scales:
             fields["sS"] = cute.struct.Align[cute.struct.MemRange[Float32, self.bm + self.bn], 16]
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
@@ -428,9 +419,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                 pipeline.Agent.Thread, 32 if self.tma_store else _COMM_THREADS),
             defer_sync=True,
         )
-        ids = None  # the unit ring of ``dyn_tiles`` kernels
-        if cutlass.const_expr(self.dyn_tiles):
-            ids = self._dyn_ring(storage)
         pipeline_init_arrive(cluster_shape_mn=(self.cta_group, 1), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -479,16 +467,12 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 loads = LoadCtx(ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB,
                                 tBsB, a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
-                if cutlass.const_expr(self.dyn_tiles):
-                    prod = self._dyn_producer(loads, prod, ids, ws, lane, v_in_pair, num_ctas,
-                                              num_tiles, tiles_m, tiles_n, lag, k_tiles)
-                else:
-                    for rnd in range(rounds):
-                        u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
-                                                 tiles_m, tiles_n, local_M, k_tiles)
-                        _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
-                        if u >= Int32(0):
-                            prod = self._load_unit(loads, u, k_lo, k_hi, prod)
+                for rnd in range(rounds):
+                    u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
+                                             tiles_m, tiles_n, local_M, k_tiles)
+                    _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
+                    if u >= Int32(0):
+                        prod = self._load_unit(loads, u, k_lo, k_hi, prod)
                 ab_pipe.producer_tail(prod)
             else:
                 comm_args = (tidx - 32, cta, num_ctas, num_tiles, tiles_m, tiles_n, epi_pipe,
@@ -511,7 +495,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                             self._slot_outer(self.epi_slots))
                         self._store_role(cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
                                          rank, local_M, chunk, rounds, lag, epi_pipe, sC_tma,
-                                         tma_c, mC, ids)
+                                         tma_c, mC)
                 else:
                     self._comm_role(*comm_args)
         else:
@@ -531,9 +515,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
             elif cutlass.const_expr(self.pingpong):
                 self._pingpong_role(tidx - 128, lane, v_in_pair, num_tiles, tiles_m, tiles_n,
                                     k_tiles, rank, local_M, chunk, rounds, lag, tiled_mma, sA,
-                                    sB, sC, ab_pipe, epi_pipe, ids)
+                                    sB, sC, ab_pipe, epi_pipe)
             else:
-                self._mma_role(*mma_args, ids)
+                self._mma_role(*mma_args)
 
         if cutlass.const_expr(self.comm):
             cute.arch.barrier()
@@ -601,7 +585,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
 
     @cute.jit
     def _store_role(self, cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M,
-                    chunk, rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor, ids=None):
+                    chunk, rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
         TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
         warps once the stores have read them: the oldest whenever the warp holds the whole
@@ -613,14 +597,11 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
         epi_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         rel_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.epi_slots)
         st = StoreCtx(tma_c, sC_st, gC_st, epi_pipe, tiles_n)
-        if cutlass.const_expr(self.dyn_tiles):
-            self._store_dyn(st, ids, v_in_pair, tiles_m, epi_state, rel_state)
-        else:
-            for rnd in range(rounds):
-                t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
-                                    local_M, k_tiles)
-                if t >= Int32(0):
-                    epi_state, rel_state = self._store_tile(st, t, epi_state, rel_state)
+        for rnd in range(rounds):
+            t = self._scheduled(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
+                                local_M, k_tiles)
+            if t >= Int32(0):
+                epi_state, rel_state = self._store_tile(st, t, epi_state, rel_state)
 
     @cute.jit
     def _store_tile(self, st, t, epi_state, rel_state):
@@ -657,15 +638,10 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
     def _mma_role(self, mtid, lane, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank,
                   local_M, chunk, rounds, lag, tiled_mma: cute.TiledMma, sA, sB, sC, ab_pipe,
                   epi_pipe, ws, cta, timeout_ns, err_addr, M, N, sx_addr, sw_addr, scale_bits,
-                  sS_ptr, ids=None):
+                  sS_ptr):
         thr_mma = tiled_mma.get_slice(mtid)
-        desc = thr_mma
-        if cutlass.const_expr(self.uniform_desc):
-            # the group's descriptors, sliced at its first thread (``Variant.uniform_desc``)
-            desc = tiled_mma.get_slice(
-                cute.arch.make_warp_uniform(mtid // Int32(128)) * Int32(128))
-        tCrA = tiled_mma.make_fragment_A(desc.partition_A(sA))
-        tCrB = tiled_mma.make_fragment_B(desc.partition_B(sB))
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.bn)))  # (row, col)s
         acc = cute.make_rmem_tensor(tCcC.shape, Float32)
         num_k_blocks = cute.size(tCrA, mode=[2])
@@ -708,16 +684,13 @@ class Sm90FusedKernel(CommWarps, PingPongMma, DynTiles, Fp8Scales, SplitKPieces)
                    sw_addr, scale_bits, sS_ptr, tCrA, tCrB, tCcC, acc, num_k_blocks, tiled_r2s,
                    tRS_rD, tRS_rD_out, tRS_sC, tRS_rAcc, size_rD,
                    (acc_k, acc_k2, mma_z, mma_a, brow0, brow1, xs_row, xs_k, ws_blk, ws_k))
-        if cutlass.const_expr(self.dyn_tiles):
-            self._mma_dyn(c, ids, read_state, rel_state, epi_state, tiles_done)
-        else:
-            for rnd in range(rounds):
-                u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
-                                         tiles_n, local_M, k_tiles)
-                _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
-                if u >= Int32(0):
-                    read_state, rel_state, epi_state, tiles_done = self._mma_unit(
-                        c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done)
+        for rnd in range(rounds):
+            u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
+                                     tiles_n, local_M, k_tiles)
+            _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
+            if u >= Int32(0):
+                read_state, rel_state, epi_state, tiles_done = self._mma_unit(
+                    c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done)
 
     @cute.jit
     def _mma_unit(self, c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done):

@@ -51,8 +51,6 @@ _ACCEPTS = {
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
-    "uniform_desc": "True or False",
-    "dyn_tiles": "True or False",
     "trace": "True or False",
 }
 
@@ -87,11 +85,6 @@ class Tuning:
     push (RS); ``lean_exit`` the exit without system fences; ``pingpong=True`` on the fused
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
 
-    ``uniform_desc``: an experiment (sm90; docs/TUNING.md): the mainloop's descriptors in
-    uniform registers (``Variant.uniform_desc``); off until a GPU times it.
-    ``dyn_tiles``: an experiment (the sm90 plain GEMM with the TMA store):
-    tiles handed out by a counter at run time (``Variant.dyn_tiles``).
-
     ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads
     that row of x in boxes of those rows rounded up to 8, 16, 32 or 64 (``Variant.x_rows``;
     bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never ping-pong), not boxes of the
@@ -122,8 +115,6 @@ class Tuning:
     lean_exit: bool | None = None
     pingpong: bool | None = None
     x_box: bool | None = None
-    uniform_desc: bool = False
-    dyn_tiles: bool = False
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -161,8 +152,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _valid(name: str, v: Any) -> bool:
-    if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace", "uniform_desc",
-                "dyn_tiles"):
+    if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
                 "tma_store", "lean_exit", "pingpong", "x_box"):

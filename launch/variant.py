@@ -13,8 +13,7 @@ from .geometry import BLACKWELL
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "uniform_desc",
-          "dyn_tiles")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows")
 
 
 @dataclass(frozen=True)
@@ -90,15 +89,6 @@ class Variant:
     other rows of those stages are not written: their stale rows accumulate into output
     rows past M, which no store writes. Where the box is at most half a 128-row tile, the
     MMA warp group of the other half (and a pair's padding tile) issues no wgmma there.
-    ``uniform_desc`` (an experiment, sm90): the mainloop's shared-memory descriptors are
-    sliced at the warp group's first thread (a constant, or a warp-uniform value), not at
-    each thread: every thread of a group gets the same descriptors either way, but only
-    then does ptxas keep their arithmetic in uniform registers, with no per-thread values
-    moved into them before each wgmma (docs/PERF.md (av)).
-    ``dyn_tiles`` (an experiment, sm90, the plain GEMM with the TMA store, no split-K tail):
-    tiles handed out at run time (``launch.dyn_tiles``): a lane's first two units are the
-    static order's, every later one the next of a counter in the workspace, so the units in
-    flight stay about one round of consecutive ones however the lanes drift.
     """
 
     arch: str
@@ -132,8 +122,6 @@ class Variant:
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
-    uniform_desc: int = 0  # 1: mainloop descriptors in uniform registers (Sm90FusedKernel)
-    dyn_tiles: int = 0  # 1: tiles handed out by a counter at run time (launch.dyn_tiles)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

@@ -24,11 +24,8 @@ rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output sto
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
-``Variant.x_rows`` / never), ``ud`` (the mainloop's descriptors in uniform registers,
-``Variant.uniform_desc``), ``dyn`` (tiles handed out by a counter at run time,
-``Variant.dyn_tiles``; not with ``sk``), joined
-with ``+`` (``c1+bn256+stages4``,
-``bn128+sk``, ``band4``).
+``Variant.x_rows`` / never), joined with ``+`` (``c1+bn256+stages4``, ``bn128+sk``,
+``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
 torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w; ``block``: DeepSeek-style
@@ -88,14 +85,10 @@ def column_knobs(name: str) -> dict:
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
-        elif part == "ud":
-            knobs["uniform_desc"] = True
-        elif part == "dyn":
-            knobs["dyn_tiles"] = True
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
-                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, ud, "
-                             f"dyn, joined with +)")
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
+                             f"joined with +)")
     return knobs
 
 
@@ -117,7 +110,7 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     dtypes = Dtypes("bf16" if in_dtype else dtype, in_dtype, block)
     plan, v = resolve(Shape(M, N, K, "gemm"), Hardware("sm_90a", sm_count, pair_ctas), 2,
                       "unicast", dtypes, Tuning(**column_knobs(name)))
-    if v.stages or v.pingpong or v.dyn_tiles:  # the kernel refuses what it cannot run
+    if v.stages or v.pingpong:  # the kernel refuses what it cannot run
         kernel_for(v)
     return plan, v
 

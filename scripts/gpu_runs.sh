@@ -122,10 +122,6 @@
 #   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
 #           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
 #           instructions (the metrics this ncu offers: ncu_metrics.txt)
-#   ud      (1 GPU) the 48 shapes with the mainloop's descriptors in uniform registers
-#           (``ud``, Tuning.uniform_desc) against the default, two seeded orders, five
-#           blocks; each column checked against float64 as it is timed (the experiment's
-#           correctness check on a GPU; PERF.md (av): ~30 fewer instructions a k-block)
 #   lrc     (1 GPU) L2 requests the L2 request coalescer merged (ncu's lrc__ counters, with
 #           time, tensor pipe and L2 reads), cuBLAS's beside ours, one ncu run per shape and
 #           column: the ping-pong 176 plan row-major (the default at K=1024) and in bands of
@@ -137,9 +133,6 @@
 #           7168 x 1024 and 512 x 7168 x 1024 (two of the grid's lowest): the SASS source
 #           page summed by benchmarks/sass_stalls.py (the top 20 with the 8 instructions
 #           before each) and the details page, all in one profile_*.tar.xz
-#   profile-ud  (1 GPU) the same on the `ud` column (Tuning.uniform_desc) at 2048 x 7168 x
-#           1024 and 1024 x 8192 x 1024: whether the MMA warps' waits for loads (~10% of
-#           the samples on the default, (av)) and their instructions shrink
 #   profile-pn  (1 GPU) the same on pairs along N at cuBLAS's form (112 wide, 7 stages),
 #           on pairs along M at 7 stages and on the default, at 512 x 7168 x 1024 and 256 x
 #           7168 x 9216: where our pairs along N lose (0.78x cuBLAS at 6 stages where
@@ -173,7 +166,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks grid-dyn xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc ud dyn dyn-lrc placement profile profile-ud profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc placement profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -273,9 +266,6 @@ for s in "$@"; do
       gemm_step grid_calls 420 --columns default --blocks 5 ;;
     grid-blocks)
       gemm_step grid_blocks 420 --columns default --interleave blocks --blocks 5 ;;
-    grid-dyn)
-      # the 48 shapes with the default plans' tiles in both orders (``Variant.dyn_tiles``)
-      gemm_step grid_dyn 540 --columns default,dyn --blocks 3 ;;
     xloads)
       gemm_step xloads_small 480 \
         --columns default,xb0,sk,sk0 --shapes "$(shapes "1 8 16 32 64" \
@@ -430,34 +420,9 @@ for s in "$@"; do
       step l2_split 240 ncu --clock-control none -k regex:'Sm90|nvjet|gemm|xmma|cutlass' --csv \
         --metrics "$L2_SPLIT" $G1 --columns default --iters 1 --blocks 1 \
         --shapes "2048,7168,1024;512,7168,1024;256,7168,1024;1024,8192,1024;2048,7168,4096" ;;
-    ud)
-      for seed in 43 44; do
-        gemm_step "ud_$seed" 300 --shuffle $seed --blocks 5 --columns default,ud
-      done ;;
     placement)
       # benchmarks/sm_placement.cu, built here into .device (no nvcc on the GPU machine)
       step sm_placement 30 .device/sm_placement ;;
-    dyn)
-      # tiles handed out at run time (``Variant.dyn_tiles``) against the same plans in the
-      # static order (the default, a 1-CTA ping-pong one); every column checked before and
-      # after its timed calls. First a short check of every form (pairs with an odd tile
-      # row, fewer units than lanes, bands, cooperative): a hang costs 90 s, not the step
-      gemm_step dyn_check 90 --iters 3 --blocks 1 \
-        --columns default,dyn,c1+bn176+pp+dyn,c2+bn176+pp+band4+dyn \
-        --shapes "2048,7168,1024;800,7168,4096;128,7168,1024;1024,8192,1024"
-      grep -q geomean "$out/dyn_check.log" || continue
-      for seed in ${DYN_SEEDS:-47 48}; do
-        gemm_step "dyn_$seed" 250 --shuffle $seed --blocks 3 \
-          --columns default,dyn,c1+bn176+pp,c1+bn176+pp+dyn \
-          --shapes "$(shapes "1024 2048 4096 8192" "7168 8192" "1024 4096")"
-      done ;;
-    dyn-lrc)
-      # after a failed dyn_check its kernels would only hang or fail once per counter run
-      if [ -f "$out/dyn_check.log" ] && ! grep -q geomean "$out/dyn_check.log"; then
-        echo "dyn-lrc skipped: dyn_check did not pass"; continue
-      fi
-      lrc_runs 2048,7168,1024:default 2048,7168,1024:dyn 2048,7168,1024:c1+bn176+pp \
-        2048,7168,1024:c1+bn176+pp+dyn 2048,7168,4096:default 2048,7168,4096:dyn ;;
     lrc)
       lrc_runs 2048,7168,1024:default 2048,7168,1024:c2+bn176+pp+band2 \
         2048,7168,1024:c2+bn176+pp+band4 2048,7168,1024:c2+bn176+pp+band8 \
@@ -465,8 +430,6 @@ for s in "$@"; do
         2048,7168,4096:c2+bn176+pp+band0 512,7168,1024:default 1024,8192,1024:default ;;
     profile)
       profile_runs 2048,7168,1024:default 512,7168,1024:default ;;
-    profile-ud)
-      profile_runs 2048,7168,1024:ud 1024,8192,1024:ud 1024,8192,1024:default ;;
     profile-pn)
       profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
         512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
