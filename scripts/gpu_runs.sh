@@ -119,6 +119,11 @@
 #   deep-split  (1 GPU) where (av) found 256-wide tiles cut along K in two +16% at N=3072,
 #           K=9216 (M 520 / 640): M 264-640 x N 2560-4096 at K 9216, the default against
 #           176 / 224 / 256-wide 1-CTA tiles cut along K (two seeded orders)
+#   mid-deep-forms  (1 GPU) the weakest region (ay) measured, M 264-640 x N 2560-4096 at K
+#           4096 / 9216 (0.66-0.87x cuBLAS at K=9216): the default against pairs along N
+#           (sharing x: 11.3-12.3 bytes of L2 reads per kFLOP at 112-144 wide, where the
+#           1-CTA 128 / 144-wide defaults at N 2880 / 3072 draw 14.8-15.6) and 2x1 clusters
+#           along M 176 / 256 wide (9.6 / 7.8, fewer CTAs), two seeded orders
 #   l2-split  (1 GPU) ncu metrics of ours and cuBLAS's kernels at the K=1024 shapes below
 #           0.97x and 2048 x 7168 x 4096: L2 reads by source, requests, hit rate, writes, DRAM,
 #           instructions (the metrics this ncu offers: ncu_metrics.txt)
@@ -166,7 +171,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split l2-split lrc placement profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -406,6 +411,12 @@ for s in "$@"; do
         gemm_step "mid_split_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c1+bn176,c1+bn256+sk,c1+bn224+sk,c1+bn256 \
           --shapes "$(shapes "520 640" "2880 3072" "4096 9216")"
+      done ;;
+    mid-deep-forms)
+      for seed in 63 64; do
+        gemm_step "mid_deep_forms_$seed" 300 --shuffle $seed --blocks 5 \
+          --columns default,pn+bn128,pn+bn144,pn+bn112,c2+bn176,c2+bn256 \
+          --shapes "$(shapes "264 392 520 640" "2560 2880 3072 3584 4096" "4096 9216")"
       done ;;
     deep-split)
       for seed in 45 46; do
