@@ -493,9 +493,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                         sC_tma = cute.make_tensor(
                             cute.recast_ptr(sC_ptr, self._sw_bytes(), dtype=self.elem),
                             self._slot_outer(self.epi_slots))
-                        self._store_role(cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles,
-                                         rank, local_M, chunk, rounds, lag, epi_pipe, sC_tma,
-                                         tma_c, mC)
+                        self._store_role(cta, num_tiles, tiles_m, tiles_n, k_tiles, rank,
+                                         local_M, chunk, rounds, lag, epi_pipe, sC_tma, tma_c,
+                                         mC)
                 else:
                     self._comm_role(*comm_args)
         else:
@@ -584,8 +584,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         return tm, tn, real
 
     @cute.jit
-    def _store_role(self, cta, v_in_pair, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M,
-                    chunk, rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
+    def _store_role(self, cta, num_tiles, tiles_m, tiles_n, k_tiles, rank, local_M, chunk,
+                    rounds, lag, epi_pipe, sC, tma_c: cute.CopyAtom, mC: cute.Tensor):
         """``tma_store``, one communication warp: each finished sub-tile to the output as one
         TMA tensor store (rows past M clipped by the TMA unit). Slots go back to the MMA
         warps once the stores have read them: the oldest whenever the warp holds the whole
