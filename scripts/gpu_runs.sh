@@ -142,6 +142,11 @@
 #           on pairs along M at 7 stages and on the default, at 512 x 7168 x 1024 and 256 x
 #           7168 x 9216: where our pairs along N lose (0.78x cuBLAS at 6 stages where
 #           cuBLAS runs that form)
+#   pn-coupling  (1 GPU) why our pairs along N wait for their stages at K=1024 (PERF.md (az):
+#           49.5% of the MMA warps' samples at 512 x 7168 x 1024, 7 stages): the same 112-wide
+#           tiles in the same order as 1-CTA tiles (no x multicast, no pair coupling), as pairs
+#           along N and as 2x1 clusters along M, M 256 / 512 x N 7168 / 8192, two seeded
+#           orders; then Nsight on the 1-CTA form at 512 x 7168 x 1024 beside profile-pn's
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -171,7 +176,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -444,6 +449,13 @@ for s in "$@"; do
     profile-pn)
       profile_runs 512,7168,1024:default 512,7168,1024:pn+bn112+stages7 \
         512,7168,1024:c2+bn112+stages7 256,7168,9216:default 256,7168,9216:pn+bn112+stages7 ;;
+    pn-coupling)
+      for seed in 65 66; do
+        gemm_step "pn_coupling_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn112+stages7,pn+bn112+stages7,c2+bn112+stages7 \
+          --shapes "$(shapes "256 512" "7168 8192" 1024)"
+      done
+      profile_runs 512,7168,1024:c1+bn112+stages7 ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
