@@ -32,6 +32,8 @@ SHORT = {
     "lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum": ("merged hw M", 1e-6),
     "lrc__request_sectors_op_read_coalescing_achieved_type_programmatic.sum": ("multicast M", 1e-6),
     "lrc__lts2lrc_sectors_op_read.sum": ("from L2 M", 1e-6),
+    "lts__t_sector_hit_rate.pct": ("L2 hit%", 1.0),
+    "dram__bytes_read.sum": ("DRAM MB", 1e-6),
 }
 
 

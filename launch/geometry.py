@@ -147,6 +147,9 @@ PARTIAL_NS = (256, 224, 192, 160, 128)
 N_ALIGN = 8
 # The schedule word holds a band of up to 255 units
 MAX_BAND = 255
+# Tuning.l2_hint / Variant.l2_hint (its index here): the eviction priority the mainloop's TMA
+# loads give L2 ("": no policy of ours, the DSL's operand of 0; launch.ptx.l2_policy)
+L2_HINTS = ("", "normal", "first", "last")
 # Split-K tails (module docstring): lanes whose pieces the workspace has slots for, and
 # pieces per unit at most
 SK_CTAS = 160

@@ -12,6 +12,8 @@ from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from .geometry import L2_HINTS
+
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
 Float32 = cutlass.Float32
@@ -141,6 +143,16 @@ def fence_sys(*, loc=None, ip=None) -> None:
 def fence_gpu(*, loc=None, ip=None) -> None:
     """fence.acq_rel.gpu: as ``fence_sys`` for a flag only this GPU reads."""
     _asm(None, [], "fence.acq_rel.gpu;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def l2_policy(kind: str, *, loc=None, ip=None) -> Int64:
+    """``createpolicy``: an L2 cache policy giving every access it tags eviction priority
+    ``kind`` ("normal", "first" or "last"), for a TMA load's ``.L2::cache_hint`` operand."""
+    if kind not in L2_HINTS[1:]:
+        raise ValueError(f"l2_policy: kind must be one of {L2_HINTS[1:]}, got {kind!r}")
+    return Int64(_asm(T.i64(), [], f"createpolicy.fractional.L2::evict_{kind}.b64 $0, 1.0;",
+                      "=l", loc, ip))
 
 
 @dsl_user_op

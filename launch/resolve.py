@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import BLACKWELL, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
+from .geometry import BLACKWELL, L2_HINTS, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
 from .plan import make_plan, push_plan
 from .rules import (auto_push_all, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
@@ -120,7 +120,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows)
+        x_rows=x_rows, l2_hint=L2_HINTS.index(t.l2_hint))
     return plan, v
 
 
@@ -151,8 +151,8 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                                  f"block of w per tile column), not Tuning.bn={t.bn}")
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
-        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box")
-                           if k in t.changed())
+        sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box",
+                                       "l2_hint") if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
                                  f"kernel choices; the {hw.arch} kernel has none")

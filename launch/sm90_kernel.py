@@ -51,7 +51,7 @@ from . import layout, protocol, ptx, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, TILE_MS, TILE_NS, X_ROWS
+from .geometry import BM, EPI_N, L2_HINTS, TILE_MS, TILE_NS, X_ROWS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, has_x_box, pingpong_refusal
@@ -79,7 +79,7 @@ def _tma_op(multicast: int) -> Any:
 
 # what each role's per-unit helper takes, built once per launch and passed as one value
 LoadCtx = namedtuple("LoadCtx", "ab_pipe tma_a tAgA tAsA tma_x tXgX tXsX tma_b tBgB tBsB "
-                     "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n")
+                     "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n policy")
 StoreCtx = namedtuple("StoreCtx", "tma_c sC_st gC_st epi_pipe tiles_n")
 # scales: the fp8 block-scale accumulators, MMAs, rows and strides
 MmaCtx = namedtuple("MmaCtx", "mtid lane v_in_pair num_tiles tiles_m tiles_n k_tiles rank chunk "
@@ -185,6 +185,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
                              f"tile's {self.bm}, for the plain GEMM of bf16 / fp16 operands on "
                              f"1-CTA tiles or 2x1 clusters along M, without ping-pong")
+        if not 0 <= v.l2_hint < len(L2_HINTS):
+            raise ValueError(f"l2_hint must index {L2_HINTS}, got {v.l2_hint}")
+        self.l2_hint = v.l2_hint
         # 64-row tiles: one MMA warp group computes the whole tile
         self.num_mma_wg = self.bm // 64
         self.threads = 128 * (1 + self.num_mma_wg)
@@ -465,8 +468,12 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+                policy = None  # the DSL's own cache-hint operand
+                if cutlass.const_expr(self.l2_hint):
+                    policy = ptx.l2_policy(L2_HINTS[self.l2_hint])
                 loads = LoadCtx(ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB,
-                                tBsB, a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n)
+                                tBsB, a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n,
+                                policy)
                 for rnd in range(rounds):
                     u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
                                              tiles_m, tiles_n, local_M, k_tiles)
@@ -533,7 +540,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         """The producer warp: k-tiles [k_lo, k_hi) of unit ``u``'s x and w tiles into the
         mainloop stages. Returns the pipeline state."""
         (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB, a_mask, b_mask,
-         a_rest_bytes, v_in_pair, tiles_m, tiles_n) = loads
+         a_rest_bytes, v_in_pair, tiles_m, tiles_n, policy) = loads
         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
         tAgA_t = tAgA[(None, tm, None)]
         tail = tm == tiles_m - Int32(1)
@@ -546,20 +553,23 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             kt = k_lo + prod.count
             if cutlass.const_expr(self.x_rows == self.bm):
                 cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
-                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=a_mask)
+                          tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=a_mask,
+                          cache_policy=policy)
             else:
                 if tail:
                     cute.copy(tma_x, tXgX_t[(None, kt)], tXsX[(None, prod.index)],
-                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod))
+                              tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
+                              cache_policy=policy)
                 else:
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_expect_tx(
                             ab_pipe.producer_get_barrier(prod), a_rest_bytes)
                     cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
                               tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                              mcast_mask=a_mask)
+                              mcast_mask=a_mask, cache_policy=policy)
             cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
-                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=b_mask)
+                      tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=b_mask,
+                      cache_policy=policy)
             ab_pipe.producer_commit(prod)
             prod.advance()
         return prod

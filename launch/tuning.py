@@ -18,7 +18,7 @@ from typing import Any
 
 from multicast.errors import RsarValueError
 
-from .geometry import MAX_BAND, TILE_MS, TILE_NS
+from .geometry import L2_HINTS, MAX_BAND, TILE_MS, TILE_NS
 
 PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
@@ -51,6 +51,7 @@ _ACCEPTS = {
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
+    "l2_hint": f"one of {L2_HINTS}",
     "trace": "True or False",
 }
 
@@ -90,6 +91,10 @@ class Tuning:
     bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never ping-pong), not boxes of the
     tile's rows that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides
     (the box wherever a kernel has it); False: whole boxes.
+
+    ``l2_hint``: an experiment (sm90; docs/TUNING.md): the eviction priority ("normal",
+    "first" or "last") the mainloop's TMA loads of x and w give L2, by a ``createpolicy``
+    policy (``Variant.l2_hint``); "" leaves the DSL's own operand. Off until a GPU times it.
     """
 
     bn: int | None = None
@@ -115,6 +120,7 @@ class Tuning:
     lean_exit: bool | None = None
     pingpong: bool | None = None
     x_box: bool | None = None
+    l2_hint: str = ""
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -169,6 +175,8 @@ def _valid(name: str, v: Any) -> bool:
         return v is None or (_is_int(v) and 0 <= v <= MAX_BAND)
     if name == "push":
         return v is None or v in PUSHES
+    if name == "l2_hint":
+        return isinstance(v, str) and v in L2_HINTS
     if name == "stages":
         return v is None or (_is_int(v) and v in STAGES)
     if name == "epi_slots":

@@ -13,7 +13,7 @@ from .geometry import BLACKWELL
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "x_rows")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "l2_hint")
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,10 @@ class Variant:
     other rows of those stages are not written: their stale rows accumulate into output
     rows past M, which no store writes. Where the box is at most half a 128-row tile, the
     MMA warp group of the other half (and a pair's padding tile) issues no wgmma there.
+    ``l2_hint`` (an experiment, sm90; docs/TUNING.md): the mainloop's TMA loads of x and w
+    carry an L2 cache policy made by ``createpolicy`` (eviction priority normal, first or
+    last: ``launch.geometry.L2_HINTS``); at 0 their ``.L2::cache_hint`` operand is the DSL's
+    own, a policy value of 0, where CUTLASS's C++ loads pass evict-normal.
     """
 
     arch: str
@@ -122,6 +126,7 @@ class Variant:
     bias: int = 0  # 1: the exchange's sums add a bias of N elements (RS / AR, CommWarps.bias)
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
+    l2_hint: int = 0  # n > 0: the mainloop's loads evict as L2_HINTS[n] (Sm90FusedKernel)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

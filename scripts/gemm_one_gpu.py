@@ -24,8 +24,9 @@ rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output sto
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
 tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb0`` (the
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
-``Variant.x_rows`` / never), joined with ``+`` (``c1+bn256+stages4``, ``bn128+sk``,
-``band4``).
+``Variant.x_rows`` / never), ``l2n`` / ``l2f`` / ``l2l`` (the mainloop's loads evict from
+L2 normal / first / last, ``Tuning.l2_hint``), joined with ``+`` (``c1+bn256+stages4``,
+``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
 torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w; ``block``: DeepSeek-style
@@ -57,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHAPES = [(M, N, K) for N in (7168, 8192) for K in (1024, 4096, 9216)
           for M in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
 L2_BYTES = 60 * 2**20
+L2_PARTS = {"l2n": "normal", "l2f": "first", "l2l": "last"}  # column part -> Tuning.l2_hint
 
 
 def column_knobs(name: str) -> dict:
@@ -85,10 +87,12 @@ def column_knobs(name: str) -> dict:
             knobs["tma_store"] = part == "ts"
         elif part.startswith("band") and part[4:].isdigit():
             knobs["band"] = int(part[4:])
+        elif part in L2_PARTS:
+            knobs["l2_hint"] = L2_PARTS[part]
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
-                             f"joined with +)")
+                             f"l2n, l2f, l2l, joined with +)")
     return knobs
 
 

@@ -147,6 +147,10 @@
 #           tiles in the same order as 1-CTA tiles (no x multicast, no pair coupling), as pairs
 #           along N and as 2x1 clusters along M, M 256 / 512 x N 7168 / 8192, two seeded
 #           orders; then Nsight on the 1-CTA form at 512 x 7168 x 1024 beside profile-pn's
+#   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
+#           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
+#           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
+#           seeded orders; then the L2 counters (lrc) of both at the K=1024 shapes below 0.97x
 #   newpp, newbias  (2 GPUs) the thirty-fourth session's open timings: fused ping-pong at
 #           128 / 160 wide against the cooperative kernel on the same 1-CTA plans (rs_pp128 /
 #           rs_pp160 against rs_bn128 / rs_bn160, AR alike) where the GEMM dominates; a bias
@@ -176,7 +180,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -208,8 +212,8 @@ lrc_runs() {  # SHAPE:COLUMN...: the L2 request coalescer's counters (LRC), one 
   for run in "$@"; do
     shp=${run%%:*} col=${run#*:}
     step "lrc_${shp//,/_}_${col//+/_}" 120 ncu --clock-control none -k regex:'Sm90|nvjet' \
-      --csv --metrics "$LRC" $G1 --columns "$col" --shapes "$shp" --iters 1 --blocks 1 \
-      --build-jobs "$(nproc)"
+      --csv --metrics "${LRC_METRICS:-$LRC}" $G1 --columns "$col" --shapes "$shp" --iters 1 \
+      --blocks 1 --build-jobs "$(nproc)"
   done
   python3 benchmarks/ncu_metrics_table.py "$out"/lrc_*.log > "$out/lrc_table.txt" 2>&1
   cat "$out/lrc_table.txt"
@@ -456,6 +460,13 @@ for s in "$@"; do
           --shapes "$(shapes "256 512" "7168 8192" 1024)"
       done
       profile_runs 512,7168,1024:c1+bn112+stages7 ;;
+    l2-hint)
+      for seed in 67 68; do
+        gemm_step "l2_hint_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2n,l2l
+      done
+      LRC_METRICS="$LRC,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" lrc_runs \
+        2048,7168,1024:default 2048,7168,1024:l2l 2048,7168,1024:l2n 512,7168,1024:default \
+        512,7168,1024:l2l ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
