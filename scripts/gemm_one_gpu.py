@@ -407,8 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                     times[name] += got
                     per_block[name].append(statistics.median(got))
                     retried[name] += again
-        # again after the timed calls: a kernel that keeps state across launches (the unit
-        # counter of ``dyn``) must leave it as it found it
+        # again after the timed calls: a kernel that keeps state across launches (the
+        # epoch, the split-K tail's piece flags) must leave it as it found it
         check_columns(cols, sets[0], y, ref, err, f"{M}x{N}x{K} after timing")
         us = {k: statistics.median(v) for k, v in times.items()}
         if anchor_why:  # the anchor's entries first, as where it ran
