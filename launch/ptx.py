@@ -12,7 +12,7 @@ from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from .geometry import L2_HINTS
+from .geometry import L2_HINTS, L2_POLICY_WORDS
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -147,10 +147,13 @@ def fence_gpu(*, loc=None, ip=None) -> None:
 
 @dsl_user_op
 def l2_policy(kind: str, *, loc=None, ip=None) -> Int64:
-    """``createpolicy``: an L2 cache policy giving every access it tags eviction priority
-    ``kind`` ("normal", "first" or "last"), for a TMA load's ``.L2::cache_hint`` operand."""
+    """An L2 cache policy giving every access it tags eviction priority ``kind``, for a TMA
+    load's ``.L2::cache_hint`` operand: "normal", "first" or "last" made by ``createpolicy``,
+    "fixed_normal" / "fixed_first" / "fixed_last" the fixed words of ``L2_POLICY_WORDS``."""
     if kind not in L2_HINTS[1:]:
         raise ValueError(f"l2_policy: kind must be one of {L2_HINTS[1:]}, got {kind!r}")
+    if kind in L2_POLICY_WORDS:
+        return Int64(_asm(T.i64(), [], f"mov.b64 $0, {L2_POLICY_WORDS[kind]:#x};", "=l", loc, ip))
     return Int64(_asm(T.i64(), [], f"createpolicy.fractional.L2::evict_{kind}.b64 $0, 1.0;",
                       "=l", loc, ip))
 

@@ -147,6 +147,8 @@
 #           tiles in the same order as 1-CTA tiles (no x multicast, no pair coupling), as pairs
 #           along N and as 2x1 clusters along M, M 256 / 512 x N 7168 / 8192, two seeded
 #           orders; then Nsight on the 1-CTA form at 512 x 7168 x 1024 beside profile-pn's
+#   l2-fixed  (1 GPU) the loads tagged with CUTLASS's fixed policy words (evict-normal / -last)
+#            against createpolicy's evict-last and the default, then the L2 counters (PERF.md (ba))
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -180,7 +182,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -467,6 +469,12 @@ for s in "$@"; do
       LRC_METRICS="$LRC,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" lrc_runs \
         2048,7168,1024:default 2048,7168,1024:l2l 2048,7168,1024:l2n 512,7168,1024:default \
         512,7168,1024:l2l ;;
+    l2-fixed)
+      for seed in 69 70; do
+        gemm_step "l2_fixed_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2l,l2cn,l2cl
+      done
+      LRC_METRICS="$LRC,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" lrc_runs \
+        2048,7168,1024:l2cn 2048,7168,1024:l2cl 512,7168,1024:l2cn 512,7168,1024:l2cl ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \

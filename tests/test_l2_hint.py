@@ -89,3 +89,15 @@ def test_its_kernels_tag_every_load(ptx_of, shape, dtypes, base, tmp_path):
     for code in ("C7514", "C7517", "C7520"):  # no wgmma serialized
         assert code not in log, log[-2000:]
     assert " 0 bytes spill stores" in log, log[-2000:]
+
+
+@pytest.mark.parametrize("hint", ["fixed_normal", "fixed_last"])
+def test_the_fixed_words_are_cutlass_s(ptx_of, hint):
+    """The ``fixed_`` hints load with CUTLASS's policy words, not a ``createpolicy``."""
+    pytest.importorskip("cutlass")
+    from launch.geometry import L2_POLICY_WORDS
+    shape, dtypes, base = CALLS[0]
+    _, v_h = resolve(shape, H100, 2, "unicast", dtypes, dataclasses.replace(base, l2_hint=hint))
+    ptx = ptx_of(v_h)
+    assert _policies(ptx) == {f"{L2_POLICY_WORDS[hint]:#x}"}
+    assert "createpolicy" not in ptx
