@@ -22,7 +22,7 @@ from multicast.errors import RsarValueError, UnsupportedError
 
 from .geometry import BLACKWELL, L2_HINTS, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
 from .plan import make_plan, push_plan
-from .rules import (auto_push_all, choose_x_box, default_early_copy,
+from .rules import (auto_push_all, choose_gemm_l2_hint, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
                     default_stages, default_tma_store)
 from .tuning import Tuning
@@ -108,6 +108,9 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         # plan is bf16's of half its depth (the same k-blocks, bytes and MMA time each)
         stages = t.stages or default_stages(arch, transport, push, plan, tma_store,
                                             int(pingpong))
+    l2_hint = t.l2_hint
+    if l2_hint is None:
+        l2_hint = choose_gemm_l2_hint(plan.mode, shape.M, shape.K, bool(dtypes.operands))
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,
@@ -120,7 +123,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows, l2_hint=L2_HINTS.index(t.l2_hint))
+        x_rows=x_rows, l2_hint=L2_HINTS.index(l2_hint) if sm90 else 0)
     return plan, v
 
 

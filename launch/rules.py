@@ -36,6 +36,7 @@ shapes it moved.
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
+| ``choose_gemm_l2_hint`` | sm90 plain GEMM (bf16 / fp16), K <= 1024, M >= 512 | the mainloop's loads evict from L2 last | (ba) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
 from __future__ import annotations
@@ -420,6 +421,27 @@ def choose_x_box(mode: str, M: int) -> bool:
       (129 x 8192 x 9216) on 128-wide pairs at N 5120-8192 and K >= 4096, whose w tile is
       no larger than x's; at N=2880, K=1024 and 224 / 256 wide a tie (-4% to +5%)."""
     return mode == "gemm"
+
+
+# The mainloop loads' L2 eviction priority where ``choose_gemm_l2_hint`` applies
+# (``launch.geometry.L2_HINTS``)
+GEMM_L2_HINT = "last"
+
+
+def choose_gemm_l2_hint(mode: str, M: int, K: int, fp8: bool) -> str:
+    """The L2 eviction priority the mainloop's TMA loads of x and w carry
+    (``Variant.l2_hint``; "": the DSL's own policy operand of 0): ``GEMM_L2_HINT`` for the
+    plain sm90 GEMM of bf16 / fp16 operands at K <= 1024 and M >= 512. One H100
+    (docs/PERF.md (ba), 48 shapes, two orders, against the default in the same run): at
+    K=1024 and M 512-16384 +0.2..+4.6% at every shape in both (N 7168 / 8192; most at M
+    1024-4096: 2048 x 7168 x 1024 0.926x -> 0.951x cuBLAS); at M 128 / 256 -1.7..+1.5%, at
+    K 4096 / 9216 -1.7..+0.6% (geomean 1.000x). A reading, not measured: at K=1024 each
+    tile's output is written after 16 k-blocks, so the stores of M x N results compete with
+    the reads of x and w for L2, and loads marked evict-last keep the operands other CTAs
+    still read. fp8 operands (half the bytes a k-block) were not timed with it."""
+    if mode == "gemm" and not fp8 and K <= 1024 and M >= 512:
+        return GEMM_L2_HINT
+    return ""
 
 
 def choose_fused_cluster(M: int, K: int, mode: str) -> int | None:

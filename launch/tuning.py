@@ -51,7 +51,7 @@ _ACCEPTS = {
     "lean_exit": "None, True or False",
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
-    "l2_hint": f"one of {L2_HINTS}",
+    "l2_hint": f"None or one of {L2_HINTS}",
     "trace": "True or False",
 }
 
@@ -92,9 +92,11 @@ class Tuning:
     tile's rows that the TMA fills with zeros; None: ``launch.rules.choose_x_box`` decides
     (the box wherever a kernel has it); False: whole boxes.
 
-    ``l2_hint``: an experiment (sm90; docs/TUNING.md): the eviction priority ("normal",
-    "first" or "last") the mainloop's TMA loads of x and w give L2, by a ``createpolicy``
-    policy (``Variant.l2_hint``); "" leaves the DSL's own operand. Off until a GPU times it.
+    ``l2_hint``: the eviction priority the mainloop's TMA loads of x and w give L2
+    (``Variant.l2_hint``, sm90): "normal", "first" or "last" by a ``createpolicy`` policy,
+    "fixed_normal" / "fixed_first" / "fixed_last" by CUTLASS's fixed policy words; "" the
+    DSL's own operand (0); None: ``launch.rules.choose_gemm_l2_hint`` decides (evict-last
+    for the plain GEMM at K <= 1024, M >= 512; "" elsewhere).
     """
 
     bn: int | None = None
@@ -120,7 +122,7 @@ class Tuning:
     lean_exit: bool | None = None
     pingpong: bool | None = None
     x_box: bool | None = None
-    l2_hint: str = ""
+    l2_hint: str | None = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -176,7 +178,7 @@ def _valid(name: str, v: Any) -> bool:
     if name == "push":
         return v is None or v in PUSHES
     if name == "l2_hint":
-        return isinstance(v, str) and v in L2_HINTS
+        return v is None or (isinstance(v, str) and v in L2_HINTS)
     if name == "stages":
         return v is None or (_is_int(v) and v in STAGES)
     if name == "epi_slots":

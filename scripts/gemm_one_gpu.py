@@ -26,7 +26,7 @@ tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``l2n`` / ``l2f`` / ``l2l`` (the mainloop's loads evict from
 L2 normal / first / last, ``Tuning.l2_hint``; ``l2cn`` / ``l2cf`` / ``l2cl``: by the fixed
-policy words CUTLASS passes), joined with ``+`` (``c1+bn256+stages4``,
+policy words CUTLASS passes; ``l2o``: the DSL's operand of 0, not the rule's), joined with ``+`` (``c1+bn256+stages4``,
 ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHAPES = [(M, N, K) for N in (7168, 8192) for K in (1024, 4096, 9216)
           for M in (128, 256, 512, 1024, 2048, 4096, 8192, 16384)]
 L2_BYTES = 60 * 2**20
-L2_PARTS = {"l2n": "normal", "l2f": "first", "l2l": "last", "l2cn": "fixed_normal",
+L2_PARTS = {"l2o": "", "l2n": "normal", "l2f": "first", "l2l": "last", "l2cn": "fixed_normal",
             "l2cf": "fixed_first", "l2cl": "fixed_last"}  # column part -> Tuning.l2_hint
 
 
@@ -94,7 +94,7 @@ def column_knobs(name: str) -> dict:
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
-                             f"l2n, l2f, l2l, l2cn, l2cf, l2cl, joined with +)")
+                             f"l2o, l2n, l2f, l2l, l2cn, l2cf, l2cl, joined with +)")
     return knobs
 
 

@@ -148,7 +148,9 @@
 #           along N and as 2x1 clusters along M, M 256 / 512 x N 7168 / 8192, two seeded
 #           orders; then Nsight on the 1-CTA form at 512 x 7168 x 1024 beside profile-pn's
 #   l2-fixed  (1 GPU) the loads tagged with CUTLASS's fixed policy words (evict-normal / -last)
-#            against createpolicy's evict-last and the default, then the L2 counters (PERF.md (ba))
+#            against the default (evict-last at K <= 1024, M >= 512) and no policy (l2o), then
+#            other plan forms with evict-last at the K=1024 shapes below 0.97x, then the L2
+#            counters (PERF.md (ba))
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -471,7 +473,12 @@ for s in "$@"; do
         512,7168,1024:l2l ;;
     l2-fixed)
       for seed in 69 70; do
-        gemm_step "l2_fixed_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2l,l2cn,l2cl
+        gemm_step "l2_fixed_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2o,l2cn,l2cl
+      done
+      for seed in 71 72; do
+        gemm_step "l2_forms_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c2,c2+bn224,pn+bn112+stages7+l2l,c1+bn176+l2l,c1+bn256+l2l,c2+bn176+pp+l2l \
+          --shapes "256,7168,1024;512,7168,1024;2048,7168,1024;1024,8192,1024;256,8192,1024"
       done
       LRC_METRICS="$LRC,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" lrc_runs \
         2048,7168,1024:l2cn 2048,7168,1024:l2cl 512,7168,1024:l2cn 512,7168,1024:l2cl ;;

@@ -1,8 +1,9 @@
-"""``Tuning.l2_hint`` (an experiment): the mainloop's TMA loads of x and w tagged with an L2
-eviction priority made by ``createpolicy``, where by default they carry the DSL's own
-cache-hint operand, 0. Validated against ``L2_HINTS``, refused by the sm100 kernel,
-changing nothing but ``Variant.l2_hint``; its kernels tag every load with the policy and
-keep the default's wgmmas, none serialized, nothing spilled."""
+"""``Tuning.l2_hint``: the mainloop's TMA loads of x and w tagged with an L2 eviction
+priority (``createpolicy``'s, or CUTLASS's fixed policy words), where otherwise they carry
+the DSL's own cache-hint operand, 0; left at None, ``choose_gemm_l2_hint`` decides.
+Validated against ``L2_HINTS``, refused by the sm100 kernel, changing nothing but
+``Variant.l2_hint``; its kernels tag every load with the policy and keep the untagged
+kernel's wgmmas, none serialized, nothing spilled."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,15 +13,17 @@ import pytest
 
 from launch import Dtypes, Hardware, Shape, Tuning, resolve
 from launch.geometry import L2_HINTS
+from launch.rules import GEMM_L2_HINT, choose_gemm_l2_hint
 from rsar_core.errors import RsarValueError
 
 H100 = Hardware("sm_90a", 132, 132)
+OFF = Tuning(l2_hint="")
 CALLS = [  # the ping-pong GEMM alone, pairs along N, a partial-row box, a fused RS, an fp8 AR
-    (Shape(2048, 7168, 1024, "gemm"), Dtypes(), Tuning()),
-    (Shape(512, 7168, 1024, "gemm"), Dtypes(), Tuning(pair_n=True, bn=112, stages=7)),
-    (Shape(129, 7168, 1024, "gemm"), Dtypes(), Tuning(cta_group=1)),
-    (Shape(2048, 7168, 1024, "rs"), Dtypes(), Tuning()),
-    (Shape(1024, 7168, 4096, "ar"), Dtypes("bf16", "e4m3"), Tuning()),
+    (Shape(2048, 7168, 1024, "gemm"), Dtypes(), OFF),
+    (Shape(512, 7168, 1024, "gemm"), Dtypes(), OFF.replace(pair_n=True, bn=112, stages=7)),
+    (Shape(129, 7168, 1024, "gemm"), Dtypes(), OFF.replace(cta_group=1)),
+    (Shape(2048, 7168, 1024, "rs"), Dtypes(), OFF),
+    (Shape(1024, 7168, 4096, "ar"), Dtypes("bf16", "e4m3"), OFF),
 ]
 IDS = ["pingpong", "pairs-n", "x-box", "rs", "fp8-ar"]
 LOAD = re.compile(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global\S*L2::cache_hint "
@@ -28,11 +31,36 @@ LOAD = re.compile(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global\S*L2::cach
 
 
 def test_one_of_the_hints_only():
-    for bad in ("evict_last", "LAST", 2, True, None):
-        with pytest.raises(RsarValueError, match=r"Tuning\.l2_hint must be one of"):
+    for bad in ("evict_last", "LAST", 2, True, "fixed"):
+        with pytest.raises(RsarValueError, match=r"Tuning\.l2_hint must be None or one of"):
             Tuning(l2_hint=bad)
     assert Tuning(l2_hint="last").changed() == {"l2_hint": "last"}
-    assert Tuning(l2_hint="").changed() == {}
+    assert Tuning(l2_hint="").changed() == {"l2_hint": ""}
+    assert Tuning().changed() == {}
+
+
+@pytest.mark.parametrize("shape,dtypes,hint", [
+    (Shape(2048, 7168, 1024, "gemm"), Dtypes(), GEMM_L2_HINT),
+    (Shape(512, 8192, 1024, "gemm"), Dtypes("f16"), GEMM_L2_HINT),
+    (Shape(16384, 7168, 512, "gemm"), Dtypes(), GEMM_L2_HINT),
+    (Shape(511, 7168, 1024, "gemm"), Dtypes(), ""),  # M < 512: mixed, -1.7..+1.5%
+    (Shape(2048, 7168, 4096, "gemm"), Dtypes(), ""),  # K 4096 / 9216: a tie
+    (Shape(2048, 7168, 1024, "gemm"), Dtypes("bf16", "e4m3"), ""),  # fp8: not timed
+    (Shape(2048, 7168, 1024, "rs"), Dtypes(), ""),  # the fused op: two GPUs decide
+    (Shape(2048, 7168, 1024, "ar"), Dtypes(), ""),
+])
+def test_the_rule(shape, dtypes, hint):
+    assert choose_gemm_l2_hint(shape.mode, shape.M, shape.K, bool(dtypes.operands)) == hint
+    _, v = resolve(shape, H100, 2, "unicast", dtypes)
+    assert v.l2_hint == L2_HINTS.index(hint)
+    # an explicit "" is the DSL's operand, whatever the rule says
+    assert resolve(shape, H100, 2, "unicast", dtypes, OFF)[1].l2_hint == 0
+
+
+def test_sm100_takes_no_rule():
+    _, v = resolve(Shape(2048, 7168, 1024, "gemm"), Hardware("sm_100a", 148, 148), 2,
+                   "unicast")
+    assert v.l2_hint == 0
 
 
 @pytest.mark.parametrize("shape,dtypes,base", CALLS, ids=IDS)
