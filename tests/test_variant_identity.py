@@ -14,7 +14,9 @@ alone took 4 mainloop stages at 224 / 256 wide and K <= 1024 (``default_stages``
 in a branch only rings shorter than the tile compile, so the other 27 kept their PTX); and
 on 2026-12-06 again when ``choose_gemm_pingpong`` took that call below M=4096 to ping-pong
 176 wide at 5 stages (PERF.md (aq): the variant the rule already ran from M=4096; no kernel
-changed, the other 27 kept their PTX)."""
+changed, the other 27 kept their PTX); and on 2026-12-07 when ``choose_gemm_l2_hint`` tagged
+the plain GEMM's mainloop loads evict-last at K <= 1024, M >= 512 (PERF.md (ba): the entries
+of that GEMM move; the other kernels kept their PTX)."""
 from __future__ import annotations
 
 import dataclasses
