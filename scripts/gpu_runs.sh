@@ -151,6 +151,8 @@
 #            against the default (evict-last at K <= 1024, M >= 512) and no policy (l2o), then
 #            other plan forms with evict-last at the K=1024 shapes below 0.97x, then the L2
 #            counters (PERF.md (ba))
+#   l2-offgrid  (1 GPU) issue 49's rows at N 2880 / 5120 (the grid's M and K) with the
+#            default (evict-last at K <= 1024, M >= 512) against no policy (l2o), two orders
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -184,7 +186,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -482,6 +484,11 @@ for s in "$@"; do
       done
       LRC_METRICS="$LRC,lts__t_sector_hit_rate.pct,dram__bytes_read.sum" lrc_runs \
         2048,7168,1024:l2cn 2048,7168,1024:l2cl 512,7168,1024:l2cn 512,7168,1024:l2cl ;;
+    l2-offgrid)
+      for seed in 73 74; do
+        gemm_step "l2_offgrid_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2o \
+          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+      done ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
