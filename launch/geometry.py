@@ -150,8 +150,8 @@ MAX_BAND = 255
 # Tuning.l2_hint / Variant.l2_hint (its index here): the eviction priority the mainloop's TMA
 # loads give L2 ("": no policy of ours, the DSL's operand of 0; launch.ptx.l2_policy). The plain
 # names are made by ``createpolicy``; the ``fixed_`` ones are the fixed policy words CUTLASS's
-# C++ TMA loads pass (L2_POLICY_WORDS): in PERF.md (ba) a createpolicy evict-normal policy
-# stopped the L2 request coalescer merging any of our loads
+# C++ TMA loads pass (L2_POLICY_WORDS). In PERF.md (ba) a createpolicy evict-normal policy
+# stopped the L2 request coalescer merging any of our loads; CUTLASS's words changed nothing
 L2_HINTS = ("", "normal", "first", "last", "fixed_normal", "fixed_first", "fixed_last")
 L2_POLICY_WORDS = {"fixed_normal": 0x1000000000000000, "fixed_first": 0x12F0000000000000,
                    "fixed_last": 0x14F0000000000000}

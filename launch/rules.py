@@ -435,7 +435,7 @@ def choose_gemm_l2_hint(mode: str, M: int, K: int, fp8: bool) -> str:
     (docs/PERF.md (ba), 48 shapes, two orders, against the default in the same run): at
     K=1024 and M 512-16384 +0.2..+4.6% at every shape in both (N 7168 / 8192; most at M
     1024-4096: 2048 x 7168 x 1024 0.926x -> 0.951x cuBLAS); at M 128 / 256 -1.7..+1.5%, at
-    K 4096 / 9216 -1.7..+0.6% (geomean 1.000x). A reading, not measured: at K=1024 each
+    K 4096 / 9216 -1.7..+0.6% (geomean 0.999x). A reading, not measured: at K=1024 each
     tile's output is written after 16 k-blocks, so the stores of M x N results compete with
     the reads of x and w for L2, and loads marked evict-last keep the operands other CTAs
     still read. fp8 operands (half the bytes a k-block) were not timed with it."""

@@ -89,10 +89,10 @@ class Variant:
     other rows of those stages are not written: their stale rows accumulate into output
     rows past M, which no store writes. Where the box is at most half a 128-row tile, the
     MMA warp group of the other half (and a pair's padding tile) issues no wgmma there.
-    ``l2_hint`` (an experiment, sm90; docs/TUNING.md): the mainloop's TMA loads of x and w
-    carry an L2 cache policy made by ``createpolicy`` (eviction priority normal, first or
-    last: ``launch.geometry.L2_HINTS``); at 0 their ``.L2::cache_hint`` operand is the DSL's
-    own, a policy value of 0, where CUTLASS's C++ loads pass evict-normal.
+    ``l2_hint`` (sm90; ``launch.rules.choose_gemm_l2_hint``): the mainloop's TMA loads of x
+    and w carry the L2 cache policy ``launch.geometry.L2_HINTS[l2_hint]`` (eviction priority
+    normal, first or last, made by ``createpolicy`` or CUTLASS's fixed policy words); at 0
+    their ``.L2::cache_hint`` operand is the DSL's own, a policy value of 0.
     """
 
     arch: str

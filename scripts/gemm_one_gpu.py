@@ -26,8 +26,8 @@ tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``l2n`` / ``l2f`` / ``l2l`` (the mainloop's loads evict from
 L2 normal / first / last, ``Tuning.l2_hint``; ``l2cn`` / ``l2cf`` / ``l2cl``: by the fixed
-policy words CUTLASS passes; ``l2o``: the DSL's operand of 0, not the rule's), joined with ``+`` (``c1+bn256+stages4``,
-``bn128+sk``, ``band4``).
+policy words CUTLASS passes; ``l2o``: the DSL's operand of 0, not the rule's), joined with
+``+`` (``c1+bn256+stages4``, ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
 torch._scaled_mm runs on cuBLAS; ``row``: per row of x and of w; ``block``: DeepSeek-style
