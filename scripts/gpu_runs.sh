@@ -153,6 +153,9 @@
 #            counters (PERF.md (ba))
 #   l2-offgrid  (1 GPU) issue 49's rows at N 2880 / 5120 (the grid's M and K) with the
 #            default (evict-last at K <= 1024, M >= 512) against no policy (l2o), two orders
+#   pn-bands  (1 GPU) cuBLAS's 112-wide form at M 256-1024, K=1024 with the tile order in
+#            bands of 2 / 4 unit rows (column-major within a band: in a round, the CTAs
+#            reading one column of w at once) against row-major (PERF.md (ba))
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -186,7 +189,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -488,6 +491,12 @@ for s in "$@"; do
       for seed in 73 74; do
         gemm_step "l2_offgrid_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2o \
           --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+      done ;;
+    pn-bands)
+      for seed in 75 76; do
+        gemm_step "pn_bands_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,pn+bn112+stages7,pn+bn112+stages7+band2,pn+bn112+stages7+band4,c1+bn112+stages7+band4,c2+bn112+stages7+band2 \
+          --shapes "256,7168,1024;512,7168,1024;512,8192,1024;1024,7168,1024"
       done ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
