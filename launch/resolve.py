@@ -108,9 +108,10 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         # plan is bf16's of half its depth (the same k-blocks, bytes and MMA time each)
         stages = t.stages or default_stages(arch, transport, push, plan, tma_store,
                                             int(pingpong))
-    l2_hint = t.l2_hint
+    l2_hint = t.l2_hint  # _check refused one set for a kernel other than sm90's
     if l2_hint is None:
-        l2_hint = choose_gemm_l2_hint(plan.mode, shape.M, shape.K, bool(dtypes.operands))
+        l2_hint = (choose_gemm_l2_hint(plan.mode, shape.M, shape.K, bool(dtypes.operands))
+                   if sm90 else "")
     v = Variant(
         arch, plan.bn, world, plan.mode, transport, plan.cta_group,
         epi_slots=t.epi_slots, push=push,
@@ -123,7 +124,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows, l2_hint=L2_HINTS.index(l2_hint) if sm90 else 0)
+        x_rows=x_rows, l2_hint=L2_HINTS.index(l2_hint))
     return plan, v
 
 

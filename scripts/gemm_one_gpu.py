@@ -94,7 +94,7 @@ def column_knobs(name: str) -> dict:
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
-                             f"l2o, l2n, l2f, l2l, l2cn, l2cf, l2cl, joined with +)")
+                             f"{', '.join(L2_PARTS)}, joined with +)")
     return knobs
 
 
