@@ -13,8 +13,8 @@ from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH
                        tile_widths, with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
-                    choose_gemm_one_round_width, choose_gemm_pairs_full_round,
-                    choose_gemm_partial_width,
+                    choose_gemm_dividing_widths, choose_gemm_one_round_width,
+                    choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
                     choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_rows64_pairs,
                     choose_gemm_split,
@@ -59,7 +59,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     unless ``bn`` is given; 128: 128-row tiles; None: 64-row ones where
     ``choose_gemm_rows64`` (1-CTA) or ``choose_gemm_rows64_pairs`` (2x1 clusters) says so
     for a plain GEMM nothing else was forced on.
-    ``fine``: the plain GEMM may take a width of ``FINE_NS`` by ``FINE_GAIN``. ``x_box``: the
+    ``fine``: the plain GEMM may take a width of ``FINE_NS`` (or of
+    ``choose_gemm_dividing_widths``) by ``FINE_GAIN``. ``x_box``: the
     kernel will load x in boxes of M rows where M is below the tile's (``choose_x_box``),
     which ``choose_gemm_split`` weighs."""
     if mode not in MODES:
@@ -140,7 +141,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         plan = _gemm_one_cta_if_cheaper(plan, pair_ctas)
     if (mode == "gemm" and fine and not sk and plan.bn != 64
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)):
-        plan = _gemm_fine_if_cheaper(plan, pair_ctas)
+        # a width 16 past a multiple of 32, or 160 / 192 dividing N, that ends a partial
+        # last wave (docs/PERF.md (ai), (bb)); not the 160 / 192 ones at the rows
+        # ``choose_gemm_tail_one_cta`` re-plans (192 x 10240 x 1024: 160-wide pairs there
+        # became 256-wide 1-CTA tiles, 13% slower than the 176-wide ones kept, (bb))
+        dividing = () if choose_gemm_tail_one_cta(M, K) else choose_gemm_dividing_widths(N)
+        plan = _gemm_cheaper_at(plan, FINE_NS + dividing, pair_ctas)
         if plan.cta_group == 1 and choose_gemm_pairs_full_round(M, K, plan.num_tiles, sm_count):
             # the same width paired; the 1-CTA plan where the pairs cannot all be resident
             plan = _cheapest_gemm(M, N, K, world, sm_count, (plan.bn,), 2, pair_ctas) or plan
@@ -175,13 +181,6 @@ def _gemm_one_cta_if_cheaper(pair: TilePlan, pair_ctas: int | None) -> TilePlan:
     if best is not None and lane_cost(best) * ONE_CTA_COST < lane_cost(pair):
         return best
     return pair
-
-
-def _gemm_fine_if_cheaper(plan: TilePlan, pair_ctas: int | None) -> TilePlan:
-    """The plain GEMM's plan of least ``lane_cost`` among the widths of ``FINE_NS`` on the
-    same cluster kind, where it costs at most ``FINE_GAIN`` of ``plan``'s; else ``plan``:
-    a width 16 past a multiple of 32 that ends a partial last wave (docs/PERF.md (ai))."""
-    return _gemm_cheaper_at(plan, FINE_NS, pair_ctas)
 
 
 def _gemm_cheaper_at(plan: TilePlan, widths: tuple, pair_ctas: int | None) -> TilePlan:
@@ -254,7 +253,7 @@ def _make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, 
     bn0, cg0 = choose_sm100(M, N, K) if arch in BLACKWELL else (None, 1)
     unforced = _sm90_unforced(arch, bn, cta_group, lag, pair_n)
     if unforced and mode == "gemm":
-        bn0, cg0 = choose_gemm_width(M, N, sm_count), choose_gemm_cluster(M, K)
+        bn0, cg0 = choose_gemm_width(M, N, K, sm_count), choose_gemm_cluster(M, K)
     if unforced and mode != "gemm" and peers_first is None:
         bn0, peers_first, along_n = choose_small_m(M, K, mode)
         if along_n and ceil_div(N, bn0) % 2 == 0:  # an even number of tile columns to pair

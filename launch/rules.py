@@ -11,14 +11,15 @@ shapes it moved.
 | ``lane_cost`` / ``TILE_COST`` | sm90, nothing forced | the width whose last wave costs least | (d), (y), (ai) |
 | ``FINE_GAIN`` | sm90 plain GEMM (bf16), a 112-208 width 5% cheaper | that width (16-column sub-tiles) | (ai) |
 | ``choose_gemm_one_round_width`` | sm90 plain GEMM (bf16), a one-round 1-CTA plan, 3-7 tile rows, K >= 4096 | the width dividing N of fewest modelled L2 reads, 112-224 | (an), (as), (at) |
+| ``choose_gemm_dividing_widths`` | sm90 plain GEMM (bf16), 160 / 192 dividing N (beside a width of ``FULL_NS``), 5% cheaper | that width | (bb) |
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
-| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au) |
+| ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 filling one round | (aq) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
-| ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave | 64-wide tiles | (i) |
+| ``choose_gemm_width`` | plain GEMM, one tile row fitting a wave; two at K <= 1024 | 64-wide tiles | (i), (bb) |
 | ``choose_flat`` | fused, M 513-768, K <= 4096 | flat peers-first | (q) |
 | ``choose_sk`` | fused, M 257-1152, K >= 4096 | flat peers-first with the split-K tail | (q) |
 | ``SPLIT_ROW_GAIN`` | RS round order, lane cost <= 0.8x | split the shared tile row | (r) |
@@ -32,7 +33,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two tile rows, K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs | (s), (t), (ao), (ap), (at) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs | (s), (t), (ao), (ap), (at), (bb) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -103,12 +104,18 @@ def choose_push_all(M: int, K: int) -> bool:
     return M <= BM or (M <= 2 * BM and K >= 4096)
 
 
-def choose_gemm_width(M: int, N: int, sm_count: int) -> int | None:
+def choose_gemm_width(M: int, N: int, K: int, sm_count: int) -> int | None:
     """64-wide tiles for the plain GEMM (mode "gemm") on sm90 where M is one tile row and
-    they fit one wave, else None (the width of least ``lane_cost``): at M=128, N=7168 the
-    128-wide tiles that model picks fill 56 of 132 SMs. Measured on 2x H200 (docs/PERF.md
-    (i), N 7168 and 8192, K 1024-9216): 13-23% faster at M=128, 7-45% slower from M=256."""
-    return 64 if M <= BM and ceil_div(N, 64) <= sm_count else None
+    they fit one wave, or two tile rows at K <= 1024 and they fit one wave; else None (the
+    width of least ``lane_cost``): at M=128, N=7168 the 128-wide tiles that model picks fill
+    56 of 132 SMs. Measured on 2x H200 (docs/PERF.md (i), N 7168 and 8192, K 1024-9216):
+    13-23% faster at M=128, 7-45% slower from M=256 (where they take two rounds there).
+    At 256 x 2880 x 1024 the model's 112-wide 1-CTA tiles fill 52 SMs, 64-wide ones 90:
+    +15.5 / +14.0% (one H100, same-run A/B, two seeded orders, docs/PERF.md (bb); at K >=
+    4096 ``_gemm_one_cta_if_cheaper`` already takes them there)."""
+    rows = ceil_div(M, BM)
+    fits = rows * ceil_div(N, 64) <= sm_count
+    return 64 if fits and (rows == 1 or (rows == 2 and K <= 1024)) else None
 
 
 def choose_small_m(M: int, K: int, mode: str) -> tuple[int | None, bool, bool]:
@@ -225,6 +232,26 @@ def choose_gemm_tail_one_cta(M: int, K: int) -> bool:
     return BM < M <= BM + 64 and K <= 1024
 
 
+# Widths the plain GEMM's planner otherwise takes only where no width of ``FULL_NS`` divides N
+DIVIDING_NS = (160, 192)
+
+
+def choose_gemm_dividing_widths(N: int) -> tuple[int, ...]:
+    """The widths of ``DIVIDING_NS`` dividing N that the plain sm90 GEMM (bf16, nothing
+    forced) may take beside the ``FULL_NS`` ones that do, where ``lane_cost`` finds one
+    ``FINE_GAIN`` cheaper (as the ``FINE_NS`` widths): at N=5120 a 256- or 128-wide plan
+    leaves a partial last round that 32 tile columns of 160 end (1024 rows: two rounds of
+    240 176-wide 1-CTA tiles, a partial column at N's edge, -> two of 256 160-wide ones).
+
+    One H100, same-run A/B against the default, calls interleaved, two seeded orders
+    (docs/PERF.md (bb), ``gpu_runs.sh OUT offgrid-forms``): N=5120, 2x1 clusters 160 wide
+    at 512 x 4096 / 9216 +9.3 / +9.2% and +9.2 / +8.3% (0.94x -> 1.02x cuBLAS), 1024 x 4096
+    +11.0 / +10.5%, 1024 x 9216 +9.0 / +7.6%, 2048 x 4096 +11.6 / +10.8% (0.89x -> 0.99x),
+    2048 x 9216 +1.1 / +3.1%; 1-CTA 160 wide at 1024 x 1024 +14.9 / +12.2% (0.92x ->
+    1.05x). No grid plan moves: 160 and 192 divide neither 7168 nor 8192."""
+    return tuple(b for b in DIVIDING_NS if N % b == 0)
+
+
 def choose_gemm_partial_width(K: int) -> bool:
     """Whether the plain sm90 GEMM's 1-CTA plan (bf16, nothing forced) may also take a width
     of ``PARTIAL_NS`` that does not divide N (a partial tile at N's edge) where its
@@ -279,7 +306,7 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     place of ``cooperative``, the plan the other rules chose: at K <= 1024, from M=4096
     always, and below it where a lane has at least ``PINGPONG_MIN_ROUNDS`` tiles and the
     ping-pong plan's modelled time is the lower; at K >= 4096 by that model with its own
-    share, 176 / 192 wide from M=4096 and 176 below (the last two paragraphs).
+    share, 160 / 176 / 192 wide from M=4096 and 176 below (the last three paragraphs).
 
     Each warp group computes whole tiles by turns, so one tile's epilogue runs under the
     other group's mainloop; ping-pong's tiles are at most 192 wide, so it wins where the
@@ -317,7 +344,13 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     (au)), and 32 shapes it moves off the grid (M 1024-3968, N 3072-16384) in both orders,
     +0.7..+9.2% (au), while the 192-wide plans it picks at M 1536-3072 were mixed in (as)
     (2560 / 3072 x 7168: +3.0 / -2.4%; 3072 x 8192 x 9216: -5.6%). Between K=1024 and 4096
-    nothing was timed."""
+    nothing was timed.
+
+    160 wide from M=4096 at K >= 4096 (``PINGPONG_DEEP_NS``; at the kernel's own 4 stages):
+    at 8192 x 2880 the model's cooperative plan is 256 wide, its last tile column 64 of 256
+    columns, and 160-wide ping-pong tiles divide N. One H100, same-run A/B, two seeded orders
+    (docs/PERF.md (bb)): 8192 x 2880 x 4096 +8.8 / +4.3%, x 9216 +7.4 / +7.0% (0.94x ->
+    1.01x cuBLAS); 160-wide cooperative tiles +4.7..+6.5%, 144-wide ping-pong -0.6..+6.7%."""
     def modelled_faster(e: float) -> bool:
         # over r tiles a lane only the last epilogue shows: cost(pp) (1 + e / r) against
         # cost(coop) (1 + e)
@@ -326,7 +359,7 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
             lane_cost(pingpong) * (1 + e / tiles) <= lane_cost(cooperative) * (1 + e))
 
     if K > 1024:
-        widths = PINGPONG_FIVE_STAGE_NS if M >= 4096 else (PINGPONG_DEEP_MID_N,)
+        widths = PINGPONG_DEEP_NS if M >= 4096 else (PINGPONG_DEEP_MID_N,)
         return K >= 4096 and pingpong.bn in widths and modelled_faster(PINGPONG_EPILOGUE_DEEP)
     return M >= 4096 or modelled_faster(PINGPONG_EPILOGUE)
 
@@ -338,8 +371,10 @@ PINGPONG_MIN_ROUNDS = 3
 # ``choose_gemm_pingpong`` at K >= 4096: the model's share there (docs/PERF.md (at), (au))
 PINGPONG_EPILOGUE_DEEP = 0.09
 # The ping-pong widths timed at 5 mainloop stages (K <= 1024 (ap), K >= 4096 (at)):
-# ``default_stages`` gives them 5, and at K >= 4096 ``choose_gemm_pingpong`` takes no other
+# ``default_stages`` gives them 5
 PINGPONG_FIVE_STAGE_NS = (176, 192)
+# ``choose_gemm_pingpong``'s widths at K >= 4096 from M=4096 (160 at 4 stages, (bb))
+PINGPONG_DEEP_NS = (160, *PINGPONG_FIVE_STAGE_NS)
 # ``choose_gemm_pingpong`` at K >= 4096 below M=4096: the one width measured to win there
 PINGPONG_DEEP_MID_N = 176
 
@@ -515,7 +550,7 @@ NARROW_PAIR_STAGES = 7
 
 def narrow_pairs_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan is one round of 112-wide 128-row tiles paired along
-    M (2x1 clusters sharing w's tile) over two tile rows (M 129-256) at a plan depth K >=
+    M (2x1 clusters sharing w's tile) over two to four tile rows (M 129-512) at a plan depth K >=
     4096, where ``default_stages`` gives it ``NARROW_PAIR_STAGES`` mainloop stages: the
     kernel's own 6 fit beside the whole-tile ring, a seventh leaves the ring 3 of the tile's
     7 16-column slots (the store warp hands them back slot by slot). Each CTA streams all of
@@ -528,10 +563,13 @@ def narrow_pairs_deep(plan: TilePlan) -> bool:
     +2.2 / +3.7%. At K=1024 +0.5 / -0.3% (left at 6); 4-6 stages -0.6..+1.3% at every M=256
     shape. M=128 (64-row pairs, ``choose_gemm_rows64_pairs``) at 7: -1.3..+2.0%, no rule;
     128-wide pairs (256 x 8192) leave no room for a seventh stage. Timed at N=7168 (the
-    grid's 112-wide pairs); M 129-255 run the same plan with fewer rows in the last tile row."""
+    grid's 112-wide pairs); M 129-255 run the same plan with fewer rows in the last tile row.
+    Four tile rows (two pair rows, N <= 3696 to fit one round), same-run A/B against
+    ``c2+bn112`` at 6 (docs/PERF.md (bb), two orders): 512 x 2880 x 4096 +4.0 / +3.5%,
+    x 9216 +6.0 / +5.6%; three tile rows run the same pair rows, one of them half empty."""
     return (plan.mode == "gemm" and plan.cta_group == 2 and not plan.pair_n
-            and plan.bn == 112 and plan.bm == 128 and plan.tiles_m == 2 and plan.rounds == 1
-            and plan.K >= 4096)
+            and plan.bn == 112 and plan.bm == 128 and 2 <= plan.tiles_m <= 4
+            and plan.rounds == 1 and plan.K >= 4096)
 
 
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
@@ -542,7 +580,7 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) on 2x1
     clusters 176 or 192 wide at K <= 1024 or K >= 4096 (``choose_gemm_pingpong``'s plans;
     at K >= 4096 the rule's gains were timed at 5, docs/PERF.md (at)); 7 on its one round of
-    112-wide pairs at two tile rows and K >= 4096 (``narrow_pairs_deep``); else 0 (the
+    112-wide pairs at two to four tile rows and K >= 4096 (``narrow_pairs_deep``); else 0 (the
     kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 / 256
     wide, 6 at 112 / 128; 4 for ping-pong).
 

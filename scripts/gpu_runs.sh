@@ -156,6 +156,17 @@
 #   pn-bands  (1 GPU) cuBLAS's 112-wide form at M 256-1024, K=1024 with the tile order in
 #            bands of 2 / 4 unit rows (column-major within a band: in a round, the CTAs
 #            reading one column of w at once) against row-major (PERF.md (ba))
+#   offgrid-forms  (1 GPU) every plan form the kernels take at the N 2880 / 5120 shapes
+#            l2-offgrid found below 0.95x cuBLAS (PERF.md (bb)): small M (64-row tiles, narrow
+#            widths, 2x1 clusters, pairs along N, split-K), mid M at N=5120 (every width on
+#            1-CTA tiles and 2x1 clusters, ping-pong), large M at N=2880; two seeded orders
+#   offgrid-rules  (1 GPU) the rules offgrid-forms found (PERF.md (bb)) against the plans they
+#            replace, at shapes off the N 2880 / 5120 rows they were found at: 160 / 192 wide
+#            where they divide N, 64-wide tiles at two tile rows and K=1024, 7 stages on
+#            112-wide pairs at 3-4 tile rows; then the N 2880 / 5120 rows on the default
+#   offgrid-check  (1 GPU) 160-wide ping-pong at K >= 4096 from M=4096 against the plans it
+#            replaces off the rows it was found at (N 2560 / 2880, M 4096-10240), then the
+#            48 shapes and the N 2880 / 5120 rows on the default, two seeded orders
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -189,7 +200,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -497,6 +508,48 @@ for s in "$@"; do
         gemm_step "pn_bands_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,pn+bn112+stages7,pn+bn112+stages7+band2,pn+bn112+stages7+band4,c1+bn112+stages7+band4,c2+bn112+stages7+band2 \
           --shapes "256,7168,1024;512,7168,1024;512,8192,1024;1024,7168,1024"
+      done ;;
+    offgrid-forms)
+      for seed in 77 78; do
+        gemm_step "offgrid_small_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn64,c2+bn64,pn+bn64,bm64+bn64,bm64+bn112,c2+bm64+bn64,c2+bm64+bn112,c1+bn128+sk,c1+bn192+sk,c1+bn256+sk,c1+bn112+stages7,c2+bn112+stages7,c1+bn144,c2+bn144,c1+bn160,c2+bn160,c1+bn64+stages8 \
+          --shapes "$(shapes "128 256 512" 2880);$(shapes "128 256 512" 5120 "4096 9216");256,5120,1024"
+        gemm_step "offgrid_mid_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn160,c2+bn160,c1+bn192,c2+bn192,c1+bn208,c2+bn208,c1+bn224,c2+bn224,c1+bn256,c2+bn256,c2+bn128,c2+bn144+pp,c2+bn160+pp,c2+bn176+pp,c2+bn192+pp,c1+bn256+sk \
+          --shapes "$(shapes "1024 2048" 5120)"
+        gemm_step "offgrid_large_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn144,c2+bn160,c2+bn192,c2+bn224,c2+bn144+pp,c2+bn160+pp,c2+bn192+pp \
+          --shapes "$(shapes "4096 8192 16384" 2880 "4096 9216")"
+      done ;;
+    offgrid-rules)
+      for seed in 79 80; do
+        for g in "c1+bn176:192,10240,1024;256,10240,1024;512,10240,1024;512,5120,1024;1024,2560,1024" \
+          "c2+bn176:256,10240,4096;1024,5120,2048;1024,2560,9216;2048,2560,4096" \
+          "c2+bn128:4096,2560,4096;2048,3072,4096;1024,6144,4096;1024,10240,4096" \
+          "c1+bn128:2048,3072,1024;1024,6144,1024;640,9216,1024" \
+          "c1+bn208:1024,3072,1024;512,6144,1024" \
+          "c2+bn208:3072,3072,4096;1024,3072,9216;384,6144,4096;1536,6144,9216;1024,9216,4096" \
+          "c1+bn112:$(shapes "192 256" "2048 2560 2880 3072 3584 4096" 1024)" \
+          "c2+bn112+stages3:384,2880,4096;384,2880,9216;320,3072,9216;512,3072,4096;384,3584,4096;512,3584,9216;512,2560,9216"; do
+          col=${g%%:*}
+          gemm_step "offgrid_rules_${col//+/_}_$seed" 120 --shuffle $seed --blocks 5 \
+            --columns "default,$col" --shapes "${g#*:}"
+        done
+        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
+          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+      done ;;
+    offgrid-check)
+      for seed in 81 82; do
+        for g in "c2+bn256:8192,2880,4096;8192,2880,9216;6144,2560,4096;10240,2560,9216" \
+          "c2+bn160:4096,2560,4096;4096,2560,9216" "c2+bn208:5120,2560,4096" \
+          "c2+bn224:10240,2880,4096;10240,2880,9216"; do
+          col=${g%%:*}
+          gemm_step "offgrid_check_${col//+/_}_$seed" 120 --shuffle $seed --blocks 5 \
+            --columns "default,$col" --shapes "${g#*:}"
+        done
+        gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
+        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
+          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
       done ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \

@@ -21,12 +21,16 @@ def test_choose_push_all(M, K, want):
     assert choose_push_all(M, K) is want
 
 
-@pytest.mark.parametrize("M,N,want", [
-    (1, 7168, 64), (128, 8192, 64), (128, 384, 64), (129, 7168, None),
-    (128, 8448, 64), (128, 8512, None), (128, 16384, None),
-    (128, 7200, 64), (128, 8456, None)])  # 113 / 133 tiles, the last one partial
-def test_choose_gemm_width(M, N, want):
-    assert choose_gemm_width(M, N, 132) == want
+@pytest.mark.parametrize("M,N,K,want", [
+    (1, 7168, 4096, 64), (128, 8192, 1024, 64), (128, 384, 9216, 64), (129, 7168, 1024, None),
+    (128, 8448, 1024, 64), (128, 8512, 1024, None), (128, 16384, 1024, None),
+    (128, 7200, 1024, 64), (128, 8456, 1024, None),  # 113 / 133 tiles, the last one partial
+    # two tile rows: at K <= 1024 where both rows of 64-wide tiles fit one round
+    (256, 2880, 1024, 64), (129, 4096, 1024, 64), (256, 4224, 1024, 64),
+    (256, 4225, 1024, None), (256, 2880, 2048, None), (256, 7168, 1024, None),
+    (257, 2048, 1024, None)])
+def test_choose_gemm_width(M, N, K, want):
+    assert choose_gemm_width(M, N, K, 132) == want
 
 
 def test_default_plans_follow_the_rules():
