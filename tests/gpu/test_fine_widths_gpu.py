@@ -116,10 +116,13 @@ def test_gemm_only_pingpong(comm, bn, M, K, cta_group):
 
 
 @pytest.mark.parametrize("N", [7168, 8192, 2880, 5120])
-@pytest.mark.parametrize("M,K", [(256, 1024), (512, 4096), (4096, 1024), (8192, 1024)])
+@pytest.mark.parametrize("M,K", [(256, 1024), (512, 4096), (4096, 1024), (8192, 1024),
+                                 (1024, 1024), (384, 9216), (8192, 4096)])
 def test_gemm_only_default_rules(comm, M, N, K):
-    """What the GEMM alone runs by default where ``FINE_GAIN`` or ``choose_gemm_pingpong``
-    decide: float64, and bitwise against the same plan with ping-pong off."""
+    """What the GEMM alone runs by default where ``FINE_GAIN``, ``choose_gemm_pingpong`` or
+    the rules of docs/PERF.md (bb) decide (N=5120: 160 wide; N=2880: 64-wide tiles at M=256,
+    7 stages on 112-wide pairs at M 384 / 512, 160-wide ping-pong at 8192 x 4096): float64,
+    and bitwise against the same plan with ping-pong off."""
     op = get_op(comm, N, False)
     plan = op.plan(M, K, mode="gemm")
     x, w = rank_inputs(M * 11 + K + N, op.rank, M, N, K, _dev())
