@@ -112,7 +112,8 @@ def choose_gemm_width(M: int, N: int, K: int, sm_count: int) -> int | None:
     13-23% faster at M=128, 7-45% slower from M=256 (where they take two rounds there).
     At 256 x 2880 x 1024 the model's 112-wide 1-CTA tiles fill 52 SMs, 64-wide ones 90:
     +15.5 / +14.0% (one H100, same-run A/B, two seeded orders, docs/PERF.md (bb); at K >=
-    4096 ``_gemm_one_cta_if_cheaper`` already takes them there)."""
+    4096 ``_gemm_one_cta_if_cheaper`` already takes them there); against those 112-wide
+    tiles at M 192 / 256 x N 2048-4096 (12 shapes, ``offgrid-rules``) +11..+20%."""
     rows = ceil_div(M, BM)
     fits = rows * ceil_div(N, 64) <= sm_count
     return 64 if fits and (rows == 1 or (rows == 2 and K <= 1024)) else None
@@ -248,7 +249,11 @@ def choose_gemm_dividing_widths(N: int) -> tuple[int, ...]:
     at 512 x 4096 / 9216 +9.3 / +9.2% and +9.2 / +8.3% (0.94x -> 1.02x cuBLAS), 1024 x 4096
     +11.0 / +10.5%, 1024 x 9216 +9.0 / +7.6%, 2048 x 4096 +11.6 / +10.8% (0.89x -> 0.99x),
     2048 x 9216 +1.1 / +3.1%; 1-CTA 160 wide at 1024 x 1024 +14.9 / +12.2% (0.92x ->
-    1.05x). No grid plan moves: 160 and 192 divide neither 7168 nor 8192."""
+    1.05x). Off those rows, against the plans it replaced (``offgrid-rules``, two orders):
+    faster at all 22 shapes timed, N 2560 / 3072 / 6144 / 9216 / 10240 and 5120 at other M
+    and K, +3..+14% (2048 x 3072 x 4096 +12%, 1024 x 6144 x 1024 +12%). Not at the rows
+    ``choose_gemm_tail_one_cta`` re-plans (``launch.plan``). No grid plan moves: 160 and
+    192 divide neither 7168 nor 8192."""
     return tuple(b for b in DIVIDING_NS if N % b == 0)
 
 
@@ -350,7 +355,10 @@ def choose_gemm_pingpong(M: int, K: int, pingpong: TilePlan, cooperative: TilePl
     at 8192 x 2880 the model's cooperative plan is 256 wide, its last tile column 64 of 256
     columns, and 160-wide ping-pong tiles divide N. One H100, same-run A/B, two seeded orders
     (docs/PERF.md (bb)): 8192 x 2880 x 4096 +8.8 / +4.3%, x 9216 +7.4 / +7.0% (0.94x ->
-    1.01x cuBLAS); 160-wide cooperative tiles +4.7..+6.5%, 144-wide ping-pong -0.6..+6.7%."""
+    1.01x cuBLAS); 160-wide cooperative tiles +4.7..+6.5%, 144-wide ping-pong -0.6..+6.7%.
+    Against the plans it replaced at nine shapes of N 2560 / 2880, M 4096-10240
+    (``offgrid-check``): +1.6..+12% at seven, 4096 x 2560 (160-wide cooperative before)
+    -0.8..+0.6%."""
     def modelled_faster(e: float) -> bool:
         # over r tiles a lane only the last epilogue shows: cost(pp) (1 + e / r) against
         # cost(coop) (1 + e)
@@ -566,7 +574,8 @@ def narrow_pairs_deep(plan: TilePlan) -> bool:
     grid's 112-wide pairs); M 129-255 run the same plan with fewer rows in the last tile row.
     Four tile rows (two pair rows, N <= 3696 to fit one round), same-run A/B against
     ``c2+bn112`` at 6 (docs/PERF.md (bb), two orders): 512 x 2880 x 4096 +4.0 / +3.5%,
-    x 9216 +6.0 / +5.6%; three tile rows run the same pair rows, one of them half empty."""
+    x 9216 +6.0 / +5.6%; three tile rows run the same pair rows, one of them half empty.
+    Off those shapes (``offgrid-rules``, M 320-512, N 2560-3584): -0.5..+5.7% at 7 shapes."""
     return (plan.mode == "gemm" and plan.cta_group == 2 and not plan.pair_n
             and plan.bn == 112 and plan.bm == 128 and 2 <= plan.tiles_m <= 4
             and plan.rounds == 1 and plan.K >= 4096)
