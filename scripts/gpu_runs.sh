@@ -167,6 +167,8 @@
 #   offgrid-check  (1 GPU) 160-wide ping-pong at K >= 4096 from M=4096 against the plans it
 #            replaces off the rows it was found at (N 2560 / 2880, M 4096-10240), then the
 #            48 shapes and the N 2880 / 5120 rows on the default, two seeded orders
+#   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
+#            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
 #           (``Tuning.l2_hint``, columns l2n / l2l: normal / last) against the default, whose
 #           loads carry the DSL's cache-hint operand of 0: the 48 shapes, calls interleaved, two
@@ -200,7 +202,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -551,6 +553,9 @@ for s in "$@"; do
         gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
           --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
       done ;;
+    tma-desc)
+      step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \
+        --json "$out/tma_desc.json" ;;
     new|newpp|newbias)
       [ "$s" != newbias ] && step pingpong 300 mpirun -n 2 python3 scripts/bench.py --plan-sweep --only "$PINGPONG" \
         --N 7168 8192 --K 1024 4096 --M 4096 8192 16384 --iters 30 --blocks 3 \
