@@ -73,11 +73,12 @@ def driver_descs(x: Any) -> dict[str, bytes]:
     """x's descriptor from ``cuTensorMapEncodeTiled`` at each L2 promotion."""
     import cuda.bindings.driver as drv
     M, K = x.shape
+    u32, u64 = drv.cuuint32_t, drv.cuuint64_t  # the binding converts no plain int in a list
     out = {}
     for i, name in enumerate(PROMOTIONS):
         err, tmap = drv.cuTensorMapEncodeTiled(
             drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x.data_ptr(),
-            [K, M], [K * x.element_size()], [BK, BM], [1, 1],
+            [u64(K), u64(M)], [u64(K * x.element_size())], [u32(BK), u32(BM)], [u32(1), u32(1)],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             drv.CUtensorMapL2promotion(i),
