@@ -221,12 +221,23 @@ gemm_step() {  # name limit args...: gemm_one_gpu.py, its kernels built on every
   export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
   step "$name" "$limit" $G1 "$@" --build-jobs "$(nproc)" --json "$out/$name.json"
 }
+ab_groups() {  # prefix seed "COLUMN:SHAPES"...: each group's default against COLUMN on its
+  # shapes (the plan a rule replaced), one gemm_step per group, rows in OUTDIR/prefix_COL_seed.json
+  local prefix=$1 seed=$2 g col; shift 2
+  for g in "$@"; do
+    col=${g%%:*}
+    gemm_step "${prefix}_${col//+/_}_$seed" 120 --shuffle "$seed" --blocks 5 \
+      --columns "default,$col" --shapes "${g#*:}"
+  done
+}
 shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 9216)
   local M N K r=""
   for N in $2; do for K in ${3:-1024 4096 9216}; do for M in $1; do r+="$M,$N,$K;"; done; done
   done
   echo "${r%;}"
 }
+# issue 49's rows at N 2880 / 5120: the grid's M and K
+OFFGRID_ROWS=$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")
 lrc_runs() {  # SHAPE:COLUMN...: the L2 request coalescer's counters (LRC), one ncu run
   # each (ours and torch.mm's kernel), and their table in OUTDIR/lrc_table.txt
   export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
@@ -503,7 +514,7 @@ for s in "$@"; do
     l2-offgrid)
       for seed in 73 74; do
         gemm_step "l2_offgrid_$seed" 300 --shuffle $seed --blocks 5 --columns default,l2o \
-          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+          --shapes "$OFFGRID_ROWS"
       done ;;
     pn-bands)
       for seed in 75 76; do
@@ -525,33 +536,27 @@ for s in "$@"; do
       done ;;
     offgrid-rules)
       for seed in 79 80; do
-        for g in "c1+bn176:192,10240,1024;256,10240,1024;512,10240,1024;512,5120,1024;1024,2560,1024" \
+        ab_groups offgrid_rules $seed \
+          "c1+bn176:192,10240,1024;256,10240,1024;512,10240,1024;512,5120,1024;1024,2560,1024" \
           "c2+bn176:256,10240,4096;1024,5120,2048;1024,2560,9216;2048,2560,4096" \
           "c2+bn128:4096,2560,4096;2048,3072,4096;1024,6144,4096;1024,10240,4096" \
           "c1+bn128:2048,3072,1024;1024,6144,1024;640,9216,1024" \
           "c1+bn208:1024,3072,1024;512,6144,1024" \
           "c2+bn208:3072,3072,4096;1024,3072,9216;384,6144,4096;1536,6144,9216;1024,9216,4096" \
           "c1+bn112:$(shapes "192 256" "2048 2560 2880 3072 3584 4096" 1024)" \
-          "c2+bn112+stages3:384,2880,4096;384,2880,9216;320,3072,9216;512,3072,4096;384,3584,4096;512,3584,9216;512,2560,9216"; do
-          col=${g%%:*}
-          gemm_step "offgrid_rules_${col//+/_}_$seed" 120 --shuffle $seed --blocks 5 \
-            --columns "default,$col" --shapes "${g#*:}"
-        done
+          "c2+bn112+stages3:384,2880,4096;384,2880,9216;320,3072,9216;512,3072,4096;384,3584,4096;512,3584,9216;512,2560,9216"
         gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
-          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+          --shapes "$OFFGRID_ROWS"
       done ;;
     offgrid-check)
       for seed in 81 82; do
-        for g in "c2+bn256:8192,2880,4096;8192,2880,9216;6144,2560,4096;10240,2560,9216" \
+        ab_groups offgrid_check $seed \
+          "c2+bn256:8192,2880,4096;8192,2880,9216;6144,2560,4096;10240,2560,9216" \
           "c2+bn160:4096,2560,4096;4096,2560,9216" "c2+bn208:5120,2560,4096" \
-          "c2+bn224:10240,2880,4096;10240,2880,9216"; do
-          col=${g%%:*}
-          gemm_step "offgrid_check_${col//+/_}_$seed" 120 --shuffle $seed --blocks 5 \
-            --columns "default,$col" --shapes "${g#*:}"
-        done
+          "c2+bn224:10240,2880,4096;10240,2880,9216"
         gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
         gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
-          --shapes "$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")"
+          --shapes "$OFFGRID_ROWS"
       done ;;
     tma-desc)
       step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \
