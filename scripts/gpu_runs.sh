@@ -167,6 +167,8 @@
 #   offgrid-check  (1 GPU) 160-wide ping-pong at K >= 4096 from M=4096 against the plans it
 #            replaces off the rows it was found at (N 2560 / 2880, M 4096-10240), then the
 #            48 shapes and the N 2880 / 5120 rows on the default, two seeded orders
+#   rows    (1 GPU) issue 49's record: the 48 shapes and the N 2880 / 5120 rows on the default
+#            plans, five interleaved blocks, two seeded orders (ROWS_SEEDS, default 83 84)
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -202,7 +204,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -554,6 +556,12 @@ for s in "$@"; do
           "c2+bn256:8192,2880,4096;8192,2880,9216;6144,2560,4096;10240,2560,9216" \
           "c2+bn160:4096,2560,4096;4096,2560,9216" "c2+bn208:5120,2560,4096" \
           "c2+bn224:10240,2880,4096;10240,2880,9216"
+        gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
+        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
+          --shapes "$OFFGRID_ROWS"
+      done ;;
+    rows)
+      for seed in ${ROWS_SEEDS:-83 84}; do
         gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
         gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
           --shapes "$OFFGRID_ROWS"
