@@ -155,6 +155,10 @@ MAX_BAND = 255
 L2_HINTS = ("", "normal", "first", "last", "fixed_normal", "fixed_first", "fixed_last")
 L2_POLICY_WORDS = {"fixed_normal": 0x1000000000000000, "fixed_first": 0x12F0000000000000,
                    "fixed_last": 0x14F0000000000000}
+# Tuning.tma_promo / Variant.tma_promo (its index here): the L2 promotion of the mainloop's
+# TMA descriptors ("": the DSL atoms' own inline encoding; else the driver's encoding with
+# that promotion, launch.tma_descs). An experiment: no rule takes it
+TMA_PROMOS = ("", "none", "64B", "128B", "256B")
 # Split-K tails (module docstring): lanes whose pieces the workspace has slots for, and
 # pieces per unit at most
 SK_CTAS = 160

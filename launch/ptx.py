@@ -159,6 +159,13 @@ def l2_policy(kind: str, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
+def prefetch_tensormap(addr, *, loc=None, ip=None) -> None:
+    """prefetch.tensormap of the TMA descriptor at generic address ``addr`` (a kernel
+    parameter's, ``launch.tma_descs``), as ``prefetch_descriptor`` does for an atom's."""
+    _asm(None, [_v(addr, Int64, loc, ip)], "prefetch.tensormap [$0];", "l,~{memory}", loc, ip)
+
+
+@dsl_user_op
 def globaltimer(*, loc=None, ip=None) -> Int64:
     return Int64(_asm(T.i64(), [], "mov.u64 $0, %globaltimer;", "=l", loc, ip))
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import BLACKWELL, L2_HINTS, MODES, X_ROWS, TilePlan, ceil_div, plan_depth
+from .geometry import BLACKWELL, L2_HINTS, MODES, TMA_PROMOS, X_ROWS, TilePlan, ceil_div, plan_depth
 from .plan import make_plan, push_plan
 from .rules import (auto_push_all, choose_gemm_l2_hint, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
@@ -124,7 +124,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
         dtype=dtypes.out, in_dtype=dtypes.operands, bias=int(shape.bias), bm=plan.bm,
-        x_rows=x_rows, l2_hint=L2_HINTS.index(l2_hint))
+        x_rows=x_rows, l2_hint=L2_HINTS.index(l2_hint),
+        tma_promo=TMA_PROMOS.index(t.tma_promo or ""))
     return plan, v
 
 
@@ -156,7 +157,7 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
     if hw.arch != SM90:
         # kernel choices the sm100 kernel has no form of (plan choices go to its planner)
         sm90_only = sorted(k for k in ("epi_slots", "pingpong", "push", "stages", "x_box",
-                                       "l2_hint") if k in t.changed())
+                                       "l2_hint", "tma_promo") if k in t.changed())
         if sm90_only:
             raise RsarValueError(f"{', '.join(f'Tuning.{k}' for k in sm90_only)}: sm90 "
                                  f"kernel choices; the {hw.arch} kernel has none")

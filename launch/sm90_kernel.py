@@ -47,11 +47,11 @@ import cutlass.tensor_utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from . import layout, protocol, ptx, trace
+from . import layout, protocol, ptx, tma_descs, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, L2_HINTS, TILE_MS, TILE_NS, X_ROWS
+from .geometry import BM, EPI_N, L2_HINTS, TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, has_x_box, pingpong_refusal
@@ -79,7 +79,7 @@ def _tma_op(multicast: int) -> Any:
 
 # what each role's per-unit helper takes, built once per launch and passed as one value
 LoadCtx = namedtuple("LoadCtx", "ab_pipe tma_a tAgA tAsA tma_x tXgX tXsX tma_b tBgB tBsB "
-                     "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n policy")
+                     "a_mask b_mask a_rest_bytes v_in_pair tiles_m tiles_n policy desc_a desc_x desc_b")
 StoreCtx = namedtuple("StoreCtx", "tma_c sC_st gC_st epi_pipe tiles_n")
 # scales: the fp8 block-scale accumulators, MMAs, rows and strides
 MmaCtx = namedtuple("MmaCtx", "mtid lane v_in_pair num_tiles tiles_m tiles_n k_tiles rank chunk "
@@ -188,6 +188,9 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if not 0 <= v.l2_hint < len(L2_HINTS):
             raise ValueError(f"l2_hint must index {L2_HINTS}, got {v.l2_hint}")
         self.l2_hint = v.l2_hint
+        if not 0 <= v.tma_promo < len(TMA_PROMOS):
+            raise ValueError(f"tma_promo must index {TMA_PROMOS}, got {v.tma_promo}")
+        self.tma_promo = v.tma_promo
         # 64-row tiles: one MMA warp group computes the whole tile
         self.num_mma_wg = self.bm // 64
         self.threads = 128 * (1 + self.num_mma_wg)
@@ -342,16 +345,26 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 cute.make_composed_layout(self._sw_bytes(), 0, self._slot_outer()), (self.bm, self.epi_n))
 
         self.shared_storage = self._shared_storage()
-        self.kernel(
-            tma_a, tma_tA, tma_x, tma_tX, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma,
-            self.a_smem_staged,
-            self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits, bias_addr, M, N, K, ws,
-            peer_tab,
-            mc_base, err_addr, rank,
-            local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
-            part_off, out_off,
-        ).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
-                 min_blocks_per_mp=1, use_pdl=self.pdl, stream=stream)
+        args = (tma_a, tma_tA, tma_x, tma_tX, tma_b, tma_tB, tma_c, tma_tC, self.tiled_mma,
+                self.a_smem_staged, self.b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits,
+                bias_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M, padded_M,
+                chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off, region_bytes,
+                part_off, out_off)
+        cfg = dict(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=(self.cta_group, 1, 1),
+                   min_blocks_per_mp=1, use_pdl=self.pdl, stream=stream)
+        if cutlass.const_expr(self.tma_promo):
+            # the driver's descriptors of the atoms' boxes, with the promotion (launch.tma_descs)
+            promo = TMA_PROMOS[self.tma_promo]
+            d_a = tma_descs.encode(self.ab_elem, x_addr, M, K, self.bm // self.mc_a, self.bk,
+                                   promo)
+            d_x = d_a
+            if cutlass.const_expr(self.x_rows != self.bm):
+                d_x = tma_descs.encode(self.ab_elem, x_addr, M, K, self.x_rows, self.bk, promo)
+            d_b = tma_descs.encode(self.ab_elem, w_addr, N, K, self.bn // self.mc_b, self.bk,
+                                   promo)
+            self.kernel_promo(d_a, d_x, d_b, *args).launch(**cfg)
+        else:
+            self.kernel(*args).launch(**cfg)
 
     # ------------------------------------------------------------------ device side
     @cute.kernel
@@ -368,16 +381,72 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
         part_off: Int64, out_off: Int64,
     ):
+        """The kernel whose loads use the atoms' own descriptors."""
+        self._body((None, None, None), tma_a, mA, tma_x, mX, tma_b, mB, tma_c, mC, tiled_mma,
+                   a_smem_staged, b_smem_staged, out_addr, sx_addr, sw_addr, scale_bits,
+                   bias_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank, local_M,
+                   padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off, recv_off,
+                   region_bytes, part_off, out_off)
+
+    @cute.kernel
+    def kernel_promo(
+        self,
+        desc_a: cutlass.GridConstant[tma_descs.tm.TensorMap],
+        desc_x: cutlass.GridConstant[tma_descs.tm.TensorMap],
+        desc_b: cutlass.GridConstant[tma_descs.tm.TensorMap],
+        tma_a: cute.CopyAtom, mA: cute.Tensor, tma_x: cute.CopyAtom, mX: cute.Tensor,
+        tma_b: cute.CopyAtom, mB: cute.Tensor,
+        tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
+        a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
+        M: Int32, N: Int32, K: Int32,
+        ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
+        rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
+        timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
+        part_off: Int64, out_off: Int64,
+    ):
+        """The kernel whose loads of x and w use the driver's descriptors
+        (``Variant.tma_promo``), kernel parameters as the atoms' are."""
+        self._body((desc_a, desc_x, desc_b), tma_a, mA, tma_x, mX, tma_b, mB, tma_c, mC,
+                   tiled_mma, a_smem_staged, b_smem_staged, out_addr, sx_addr, sw_addr,
+                   scale_bits, bias_addr, M, N, K, ws, peer_tab, mc_base, err_addr, rank,
+                   local_M, padded_M, chunk, rounds, lag, timeout_ns, arrive_off, result_off,
+                   recv_off, region_bytes, part_off, out_off)
+
+    @cute.jit
+    def _body(
+        self,
+        descs: tuple,
+        tma_a: cute.CopyAtom, mA: cute.Tensor, tma_x: cute.CopyAtom, mX: cute.Tensor,
+        tma_b: cute.CopyAtom, mB: cute.Tensor,
+        tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
+        a_smem_staged: cute.ComposedLayout, b_smem_staged: cute.ComposedLayout,
+        out_addr: Int64, sx_addr: Int64, sw_addr: Int64, scale_bits: Int32, bias_addr: Int64,
+        M: Int32, N: Int32, K: Int32,
+        ws: Int64, peer_tab: Int64, mc_base: Int64, err_addr: Int64,
+        rank: Int32, local_M: Int32, padded_M: Int32, chunk: Int32, rounds: Int32, lag: Int32,
+        timeout_ns: Int64, arrive_off: Int64, result_off: Int64, recv_off: Int64, region_bytes: Int64,
+        part_off: Int64, out_off: Int64,
+    ):
         self._bias_at(bias_addr, M)
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cta, _, _ = cute.arch.block_idx()
         num_ctas, _, _ = cute.arch.grid_dim()
+        desc_a = desc_x = desc_b = None  # the atoms' own descriptors
+        if cutlass.const_expr(self.tma_promo):
+            desc_a, desc_x, desc_b = (tma_descs.desc_ptr(d) for d in descs)
         if warp_idx == 0:
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
-            if cutlass.const_expr(self.x_rows != self.bm):
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
+            if cutlass.const_expr(self.tma_promo):
+                ptx.prefetch_tensormap(desc_a.toint())
+                ptx.prefetch_tensormap(desc_b.toint())
+                if cutlass.const_expr(self.x_rows != self.bm):
+                    ptx.prefetch_tensormap(desc_x.toint())
+            else:
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+                if cutlass.const_expr(self.x_rows != self.bm):
+                    cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
             if cutlass.const_expr(self.tma_store):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
         # cta_group 2: the cluster is one lane of the pair schedule; CTA v of it takes tile
@@ -473,7 +542,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                     policy = ptx.l2_policy(L2_HINTS[self.l2_hint])
                 loads = LoadCtx(ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB,
                                 tBsB, a_mask, b_mask, a_rest_bytes, v_in_pair, tiles_m, tiles_n,
-                                policy)
+                                policy, desc_a, desc_x, desc_b)
                 for rnd in range(rounds):
                     u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
                                              tiles_m, tiles_n, local_M, k_tiles)
@@ -540,7 +609,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         """The producer warp: k-tiles [k_lo, k_hi) of unit ``u``'s x and w tiles into the
         mainloop stages. Returns the pipeline state."""
         (ab_pipe, tma_a, tAgA, tAsA, tma_x, tXgX, tXsX, tma_b, tBgB, tBsB, a_mask, b_mask,
-         a_rest_bytes, v_in_pair, tiles_m, tiles_n, policy) = loads
+         a_rest_bytes, v_in_pair, tiles_m, tiles_n, policy, desc_a, desc_x, desc_b) = loads
         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
         tAgA_t = tAgA[(None, tm, None)]
         tail = tm == tiles_m - Int32(1)
@@ -554,22 +623,22 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             if cutlass.const_expr(self.x_rows == self.bm):
                 cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
                           tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=a_mask,
-                          cache_policy=policy)
+                          cache_policy=policy, tma_desc_ptr=desc_a)
             else:
                 if tail:
                     cute.copy(tma_x, tXgX_t[(None, kt)], tXsX[(None, prod.index)],
                               tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                              cache_policy=policy)
+                              cache_policy=policy, tma_desc_ptr=desc_x)
                 else:
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_expect_tx(
                             ab_pipe.producer_get_barrier(prod), a_rest_bytes)
                     cute.copy(tma_a, tAgA_t[(None, kt)], tAsA[(None, prod.index)],
                               tma_bar_ptr=ab_pipe.producer_get_barrier(prod),
-                              mcast_mask=a_mask, cache_policy=policy)
+                              mcast_mask=a_mask, cache_policy=policy, tma_desc_ptr=desc_a)
             cute.copy(tma_b, tBgB_t[(None, kt)], tBsB[(None, prod.index)],
                       tma_bar_ptr=ab_pipe.producer_get_barrier(prod), mcast_mask=b_mask,
-                      cache_policy=policy)
+                      cache_policy=policy, tma_desc_ptr=desc_b)
             ab_pipe.producer_commit(prod)
             prod.advance()
         return prod

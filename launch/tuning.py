@@ -18,7 +18,7 @@ from typing import Any
 
 from multicast.errors import RsarValueError
 
-from .geometry import L2_HINTS, MAX_BAND, TILE_MS, TILE_NS
+from .geometry import L2_HINTS, MAX_BAND, TILE_MS, TILE_NS, TMA_PROMOS
 
 PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
@@ -52,6 +52,7 @@ _ACCEPTS = {
     "pingpong": "None, True or False",
     "x_box": "None, True or False",
     "l2_hint": f"None or one of {L2_HINTS}",
+    "tma_promo": f"None or one of {TMA_PROMOS}",
     "trace": "True or False",
 }
 
@@ -97,6 +98,10 @@ class Tuning:
     "fixed_normal" / "fixed_first" / "fixed_last" by CUTLASS's fixed policy words; "" the
     DSL's own operand (0); None: ``launch.rules.choose_gemm_l2_hint`` decides (evict-last
     for the plain GEMM at K <= 1024, M >= 512; "" elsewhere).
+
+    ``tma_promo``: the L2 promotion of the mainloop's TMA descriptors of x and w
+    (``Variant.tma_promo``, sm90): "none", "64B", "128B" or "256B", encoded by the driver
+    (``launch.tma_descs``); "" or None the DSL's own descriptors. An experiment.
     """
 
     bn: int | None = None
@@ -123,6 +128,7 @@ class Tuning:
     pingpong: bool | None = None
     x_box: bool | None = None
     l2_hint: str | None = None
+    tma_promo: str | None = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -179,6 +185,8 @@ def _valid(name: str, v: Any) -> bool:
         return v is None or v in PUSHES
     if name == "l2_hint":
         return v is None or (isinstance(v, str) and v in L2_HINTS)
+    if name == "tma_promo":
+        return v is None or (isinstance(v, str) and v in TMA_PROMOS)
     if name == "stages":
         return v is None or (_is_int(v) and v in STAGES)
     if name == "epi_slots":

@@ -13,7 +13,7 @@ from .geometry import BLACKWELL
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
           "early_copy", "push_window", "flat", "sk", "split_row", "push_ctas", "lean_exit",
-          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "l2_hint")
+          "tma_store", "trace", "block_scales", "pingpong", "x_rows", "l2_hint", "tma_promo")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ class Variant:
     and w carry the L2 cache policy ``launch.geometry.L2_HINTS[l2_hint]`` (eviction priority
     normal, first or last, made by ``createpolicy`` or CUTLASS's fixed policy words); at 0
     their ``.L2::cache_hint`` operand is the DSL's own, a policy value of 0.
+    ``tma_promo`` (sm90; an experiment, no rule): the mainloop's loads of x and w use
+    descriptors the driver encodes with the L2 promotion ``launch.geometry.TMA_PROMOS[n]``
+    (``launch.tma_descs``); at 0 the DSL atoms' own.
     """
 
     arch: str
@@ -127,6 +130,7 @@ class Variant:
     bm: int = 128  # rows of a tile: 128, or 64 (the plain GEMM on one MMA warp group)
     x_rows: int = 0  # n > 0: the last tile row loads boxes of n rows of x (Sm90FusedKernel)
     l2_hint: int = 0  # n > 0: the mainloop's loads evict as L2_HINTS[n] (Sm90FusedKernel)
+    tma_promo: int = 0  # n > 0: the loads' descriptors promote as TMA_PROMOS[n] (tma_descs)
 
     def tuning(self) -> dict[str, int]:
         """The knobs set away from the kernel's defaults."""

@@ -26,7 +26,9 @@ tiles each, ``launch.pingpong``: up to 192 wide, so with ``bnW``), ``xb`` / ``xb
 last tile row's x loaded in boxes of its rows rounded up to 8 / 16 / 32 / 64,
 ``Variant.x_rows`` / never), ``l2n`` / ``l2f`` / ``l2l`` (the mainloop's loads evict from
 L2 normal / first / last, ``Tuning.l2_hint``; ``l2cn`` / ``l2cf`` / ``l2cl``: by the fixed
-policy words CUTLASS passes; ``l2o``: the DSL's operand of 0, not the rule's), joined with
+policy words CUTLASS passes; ``l2o``: the DSL's operand of 0, not the rule's), ``tpn`` /
+``tp64`` / ``tp128`` / ``tp256`` (x's and w's load descriptors encoded by the driver with L2
+promotion none / 64 / 128 / 256 B, ``Tuning.tma_promo``; ``tpd``: the DSL's own), joined with
 ``+`` (``c1+bn256+stages4``, ``bn128+sk``, ``band4``).
 
 ``--dtype e4m3``: fp8 operands with fp32 scales (``--scales tensor``: one each, as
@@ -61,6 +63,8 @@ SHAPES = [(M, N, K) for N in (7168, 8192) for K in (1024, 4096, 9216)
 L2_BYTES = 60 * 2**20
 L2_PARTS = {"l2o": "", "l2n": "normal", "l2f": "first", "l2l": "last", "l2cn": "fixed_normal",
             "l2cf": "fixed_first", "l2cl": "fixed_last"}  # column part -> Tuning.l2_hint
+PROMO_PARTS = {"tpd": "", "tpn": "none", "tp64": "64B", "tp128": "128B",
+               "tp256": "256B"}  # column part -> Tuning.tma_promo
 
 
 def column_knobs(name: str) -> dict:
@@ -91,10 +95,12 @@ def column_knobs(name: str) -> dict:
             knobs["band"] = int(part[4:])
         elif part in L2_PARTS:
             knobs["l2_hint"] = L2_PARTS[part]
+        elif part in PROMO_PARTS:
+            knobs["tma_promo"] = PROMO_PARTS[part]
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
-                             f"{', '.join(L2_PARTS)}, joined with +)")
+                             f"{', '.join(L2_PARTS)}, {', '.join(PROMO_PARTS)}, joined with +)")
     return knobs
 
 
