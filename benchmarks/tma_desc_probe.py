@@ -9,6 +9,9 @@ as ``launch.sm90_kernel`` builds it) is encoded five times: four times by the dr
 (``make_tiled_tma_atom``; a one-thread kernel copies the descriptor out of its parameter with
 ``copy_tensormap``). The bytes where the driver's four differ are the promotion field; the
 report names the driver encoding the DSL's equals, or lists every byte where it equals none.
+Then ``Tuning.tma_promo``'s descriptors (``launch.tma_descs.encode``, each promotion), copied
+out of the kernel parameter they travel in: each should equal the driver's of its promotion
+(``knob_equals``), so the knob's "none" is the DSL atom's descriptor where the DSL's is none.
 
 Why: at 512 x 7168 x 1024 our MMA warps wait for stage data with the producer never blocked
 (docs/PERF.md (ba)), so each stage's loads take longer than cuBLAS's; CUTLASS's C++ encodes a
@@ -61,6 +64,46 @@ def dsl_probe() -> Any:
     return probe
 
 
+def knob_probe(promo: str) -> Any:
+    """The @cute.jit host function: x's descriptor as ``launch.tma_descs.encode`` makes it
+    for the kernels (promotion ``promo``), copied by one thread from the grid-constant kernel
+    parameter it travels in to ``out_addr`` (128 bytes)."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+
+    from launch import tma_descs
+
+    @cute.kernel
+    def copy_param(desc: cutlass.GridConstant[tma_descs.tm.TensorMap], out_addr: Int64) -> None:
+        src = cute.make_tensor(cute.make_ptr(Int64, desc.get_ptr().toint(),
+                                             cute.AddressSpace.generic, assumed_align=64),
+                               cute.make_layout(16))
+        dst = cute.make_tensor(cute.make_ptr(Int64, out_addr, cute.AddressSpace.gmem,
+                                             assumed_align=16), cute.make_layout(16))
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx == 0:
+            for i in cutlass.range_constexpr(16):
+                dst[i] = src[i]
+
+    @cute.jit
+    def probe(x_addr: Int64, out_addr: Int64, M: Int32, K: Int32,
+              stream: cuda.CUstream) -> None:
+        desc = tma_descs.encode(cutlass.BFloat16, x_addr, M, K, BM, BK, promo)
+        copy_param(desc, out_addr).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
+
+    return probe
+
+
+def compile_knob_probes() -> dict[str, Any]:
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+    return {p: cute.compile(knob_probe(p), Int64(0), Int64(0), Int32(BM), Int32(BK),
+                            cuda.CUstream(0)) for p in PROMOTIONS}
+
+
 def compile_probe() -> Any:
     import cuda.bindings.driver as cuda
     import cutlass.cute as cute
@@ -111,18 +154,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     compiled = compile_probe()
+    knobs = compile_knob_probes()
     if a.build_only:
-        print("tma_desc_probe: the DSL probe compiled")
+        print("tma_desc_probe: the DSL probe and the knob's compiled")
         return 0
     import cuda.bindings.driver as cuda
     import torch
     M, K = 512, 1024
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     out = torch.zeros(16, device="cuda", dtype=torch.int64)
-    compiled(x.data_ptr(), out.data_ptr(), M, K, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
-    torch.cuda.synchronize()
-    dsl = b"".join(int(w).to_bytes(8, "little", signed=True) for w in out.tolist())
-    row = report(driver_descs(x), dsl)
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+
+    def copied(fn: Any) -> bytes:
+        out.fill_(-1)
+        fn(x.data_ptr(), out.data_ptr(), M, K, stream)
+        torch.cuda.synchronize()
+        return b"".join(int(w).to_bytes(8, "little", signed=True) for w in out.tolist())
+
+    drv = driver_descs(x)
+    row = report(drv, copied(compiled))
+    knob = {p: copied(fn) for p, fn in knobs.items()}
+    row["knob_equals"] = {p: [n for n, d in drv.items() if d == knob[p]] for p in PROMOTIONS}
     print(json.dumps(row, indent=1))
     if a.json:
         a.json.write_text(json.dumps(row, indent=1) + "\n")

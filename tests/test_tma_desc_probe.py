@@ -39,6 +39,13 @@ def test_probe_compiles():
     assert probe.compile_probe() is not None
 
 
+def test_the_knob_s_probes_compile():
+    """One per promotion: ``launch.tma_descs.encode``'s descriptor copied out of the kernel
+    parameter it travels in."""
+    pytest.importorskip("cutlass")
+    assert set(probe.compile_knob_probes()) == set(probe.PROMOTIONS)
+
+
 def test_driver_arguments_convert():
     """The binding takes the encode's arguments (no TypeError); without a driver library
     (CI) or with address 0 the call itself then fails."""
