@@ -172,7 +172,7 @@
 #   tma-promo  (1 GPU) x's and w's load descriptors encoded by the driver with L2 promotion
 #            none / 128 / 256 B (tpn, tp128, tp256: ``Tuning.tma_promo``) against the default
 #            (the DSL's own) at the K=1024 shapes below 0.97x and the weakest off the grid,
-#            two seeded orders
+#            two seeded orders (PROMO_SEEDS, default 85 86)
 #   cublas-plans  (1 GPU) the kernels torch.mm launches (tile, stages, cluster, grid; a split-K
 #            reduction) at the shapes still below 0.97x cuBLAS (benchmarks/cublas_kernels.py)
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
@@ -573,7 +573,7 @@ for s in "$@"; do
           --shapes "$OFFGRID_ROWS"
       done ;;
     tma-promo)
-      for seed in 85 86; do
+      for seed in ${PROMO_SEEDS:-85 86}; do
         gemm_step "tma_promo_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,tpn,tp128,tp256 \
           --shapes "256,7168,1024;512,7168,1024;2048,7168,1024;256,8192,1024;1024,8192,1024;4096,7168,1024;256,2880,9216;128,2880,4096;512,2880,9216;2048,7168,4096;256,7168,9216"
