@@ -367,6 +367,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             self.kernel(*args).launch(**cfg)
 
     # ------------------------------------------------------------------ device side
+    # Two entries around one body: the DSL reads a kernel's parameters from its signature, and
+    # only ``kernel_promo``'s launches pay for encoding the descriptors it takes
     @cute.kernel
     def kernel(
         self,
