@@ -155,6 +155,11 @@ MAX_BAND = 255
 L2_HINTS = ("", "normal", "first", "last", "fixed_normal", "fixed_first", "fixed_last")
 L2_POLICY_WORDS = {"fixed_normal": 0x1000000000000000, "fixed_first": 0x12F0000000000000,
                    "fixed_last": 0x14F0000000000000}
+# Mainloop stages: what a kernel takes where they fit unless a forced ``stages`` asks for more
+# (every measured plan ran at most 8), and the most a forced one may ask for (cuBLAS runs
+# 10-13 on 64-row tiles 64-96 wide at small M off the grid, PERF.md (bc))
+DEFAULT_MAX_STAGES = 8
+MAX_STAGES = 16
 # Tuning.tma_promo / Variant.tma_promo (its index here): the L2 promotion of the mainloop's
 # TMA descriptors ("": the DSL atoms' own inline encoding; else the driver's encoding with
 # that promotion, launch.tma_descs). An experiment: no rule takes it

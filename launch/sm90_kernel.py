@@ -51,7 +51,8 @@ from . import layout, protocol, ptx, tma_descs, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import BM, EPI_N, L2_HINTS, TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS
+from .geometry import (BM, DEFAULT_MAX_STAGES, EPI_N, L2_HINTS, MAX_STAGES, TILE_MS, TILE_NS,
+                       TMA_PROMOS, X_ROWS)
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, has_x_box, pingpong_refusal
@@ -230,16 +231,18 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if stages:
             if epi_slots:
                 raise ValueError("give the ring depth or the mainloop stages, not both")
-            if not 3 <= stages <= 8:
-                raise ValueError(f"stages must be 3..8, got {stages}")
+            if not 3 <= stages <= MAX_STAGES:
+                raise ValueError(f"stages must be 3..{MAX_STAGES}, got {stages}")
             fit = (smem - 1024 - spare - stages * ab_bytes) // slot_bytes
             if fit < 2:
                 raise ValueError(f"{stages} mainloop stages at BN={bn} leave {fit} ring slots; "
                                  f"at least 2 are needed")
             self.epi_slots = min(self.num_sub, fit)
         epi_bytes = slot_bytes * self.epi_slots
-        # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, then the spare
-        self.ab_stage = min(8, (smem - 1024 - spare - epi_bytes) // ab_bytes)
+        # 1 KiB of mbarriers ahead of the 1 KiB-aligned buffers, then the spare; past
+        # DEFAULT_MAX_STAGES only where a forced ``stages`` asks
+        self.ab_stage = min(max(DEFAULT_MAX_STAGES, stages),
+                            (smem - 1024 - spare - epi_bytes) // ab_bytes)
         if self.ab_stage < 3:
             raise ValueError(f"{self.epi_slots} ring slots leave {self.ab_stage} mainloop stages "
                              f"at BN={bn}; at least 3 are needed")

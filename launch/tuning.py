@@ -18,12 +18,12 @@ from typing import Any
 
 from multicast.errors import RsarValueError
 
-from .geometry import L2_HINTS, MAX_BAND, TILE_MS, TILE_NS, TMA_PROMOS
+from .geometry import L2_HINTS, MAX_BAND, MAX_STAGES, TILE_MS, TILE_NS, TMA_PROMOS
 
 PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
 # sub-tile ring depths a forced ``epi_slots`` may ask for (0: a whole tile)
-STAGES = (3, 4, 5, 6, 7, 8)
+STAGES = tuple(range(3, MAX_STAGES + 1))
 EPI_SLOTS = tuple(range(0, 17))
 
 # field -> (what it accepts, for the error message)

@@ -175,6 +175,11 @@
 #            two seeded orders (PROMO_SEEDS, default 85 86)
 #   cublas-plans  (1 GPU) the kernels torch.mm launches (tile, stages, cluster, grid; a split-K
 #            reduction) at the shapes still below 0.97x cuBLAS (benchmarks/cublas_kernels.py)
+#   small-m-cublas  (1 GPU) cuBLAS's forms at the small M still below 0.97x (PERF.md (bc):
+#            64-row tiles 64-96 wide at 10-13 stages, clusters of 2-8): 64-row tiles 64 / 112
+#            wide on 1-CTA tiles and 2x1 clusters at 10 / 13 stages (past the default cap of 8),
+#            and the 256-byte L2 promotion (tp256, +3-4% at 256 x 2880 x 9216 and 128 x 2880 x
+#            4096 in (bc)), against the default, two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -210,7 +215,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -582,6 +587,12 @@ for s in "$@"; do
       step cublas_plans 120 python3 benchmarks/cublas_kernels.py --json "$out/cublas_plans.json" \
         --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");$(
           )256,7168,1024;512,7168,1024;2048,7168,1024;256,8192,1024;256,7168,9216" ;;
+    small-m-cublas)
+      for seed in 87 88; do
+        gemm_step "small_m_cublas_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,tp256,c2+bm64+bn64+stages13+tp256 \
+          --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");128,7168,4096;256,7168,9216"
+      done ;;
     tma-desc)
       step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \
         --json "$out/tma_desc.json" ;;

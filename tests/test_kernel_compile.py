@@ -140,12 +140,35 @@ def test_stages_knob_shrinks_the_ring_to_fit(bn, push, slots):
     assert k.defer_release == (push != "lsu" and slots >= bn // 32)
 
 
+@pytest.mark.parametrize("cta_group,bn,stages", [(1, 64, 13), (2, 112, 10)])
+def test_forced_stages_past_the_default_cap(ptx_of, tmp_path, cta_group, bn, stages):
+    """A forced ``stages`` past ``DEFAULT_MAX_STAGES`` (cuBLAS's depth on 64-row tiles at
+    small M, PERF.md (bc)) gets them, the ring at its 2 slots; unforced the same tiles keep 8.
+    Compiled: the kernel's wgmmas unserialized, nothing spilled."""
+    import re
+    from launch.geometry import DEFAULT_MAX_STAGES
+    from launch.sm90_kernel import Sm90FusedKernel
+    from ptx_checks import ptxas_log
+    v = Variant("sm_90a", bn, 2, "gemm", "unicast", cta_group, tma_store=1, pdl=1, push="tma",
+                bm=64, stages=stages)
+    k = Sm90FusedKernel(v)
+    assert (k.ab_stage, k.epi_slots) == (stages, 2)
+    assert Sm90FusedKernel(Variant("sm_90a", bn, 2, "gemm", "unicast", cta_group, tma_store=1,
+                                   push="tma", bm=64)).ab_stage == DEFAULT_MAX_STAGES
+    ptx = ptx_of(v)
+    assert len(re.findall(r"mbarrier\.init\.shared", ptx)) >= 2 * stages
+    log = ptxas_log(ptx, tmp_path)
+    for code in ("C7514", "C7517", "C7520"):
+        assert code not in log, log[-2000:]
+    assert " 0 bytes spill stores" in log, log[-2000:]
+
+
 def test_stages_knob_rejects_what_cannot_fit():
     from launch.sm90_kernel import Sm90FusedKernel
     with pytest.raises(ValueError, match="stages"):
         Sm90FusedKernel(Variant("sm_90a", 256, 2, "rs", "unicast", push="tma", stages=5))
     with pytest.raises(ValueError, match="stages must be"):
-        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", stages=9))
+        Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", stages=17))
     with pytest.raises(ValueError, match="not both"):
         Sm90FusedKernel(Variant("sm_90a", 128, 2, "rs", "unicast", epi_slots=2, stages=4))
 
