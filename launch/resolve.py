@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import BLACKWELL, L2_HINTS, MODES, TMA_PROMOS, X_ROWS, TilePlan, ceil_div, plan_depth
+from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, TMA_PROMOS, X_ROWS, TilePlan,
+                       ceil_div, plan_depth)
 from .plan import make_plan, push_plan
 from .rules import (auto_push_all, choose_gemm_l2_hint, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
@@ -165,6 +166,9 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
         raise RsarValueError(f"Tuning.bm={t.bm}: 64-row tiles run the plain GEMM (gemm_only) "
                              f"of bf16 / fp16 operands without ping-pong; this call is "
                              f"{shape.mode}{' with fp8 operands' if dtypes.operands else ''}")
+    if t.bn in GEMM_ONLY_NS and (shape.mode != "gemm" or hw.arch != SM90):
+        raise RsarValueError(f"Tuning.bn={t.bn}: the plain sm90 GEMM (gemm_only) only; this "
+                             f"call is {shape.mode} on {hw.arch}")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
 

@@ -51,8 +51,8 @@ from . import layout, protocol, ptx, tma_descs, trace
 from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
-from .geometry import (BM, DEFAULT_MAX_STAGES, EPI_N, L2_HINTS, MAX_STAGES, TILE_MS, TILE_NS,
-                       TMA_PROMOS, X_ROWS)
+from .geometry import (BM, DEFAULT_MAX_STAGES, EPI_N, GEMM_ONLY_NS, L2_HINTS, MAX_STAGES,
+                       TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS)
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
 from .variant import Variant, has_x_box, pingpong_refusal
@@ -115,6 +115,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError(f"BN must be one of {TILE_NS}, got {bn}")
         if mode not in ("rs", "ar", "gemm"):
             raise ValueError(f"mode must be rs, ar or gemm, got {mode!r}")
+        if bn in GEMM_ONLY_NS and mode != "gemm":
+            raise ValueError(f"BN={bn} runs the plain GEMM (gemm_only) only")
         if transport not in ("unicast", "multicast"):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
         if cta_group not in (1, 2):

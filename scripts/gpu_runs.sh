@@ -176,8 +176,9 @@
 #   cublas-plans  (1 GPU) the kernels torch.mm launches (tile, stages, cluster, grid; a split-K
 #            reduction) at the shapes still below 0.97x cuBLAS (benchmarks/cublas_kernels.py)
 #   small-m-cublas  (1 GPU) cuBLAS's forms at the small M still below 0.97x (PERF.md (bc):
-#            64-row tiles 64-96 wide at 10-13 stages, clusters of 2-8): 64-row tiles 64 / 112
-#            wide on 1-CTA tiles and 2x1 clusters at 10 / 13 stages (past the default cap of 8),
+#            64-row tiles 64-96 wide at 10-13 stages, clusters of 2-8): 64-row tiles 64 / 80 /
+#            96 / 112 wide on 1-CTA tiles and 2x1 clusters at 10-13 stages (past the default
+#            cap of 8; 80 / 96: ``GEMM_ONLY_NS``),
 #            and the 256-byte L2 promotion (tp256, +3-4% at 256 x 2880 x 9216 and 128 x 2880 x
 #            4096 in (bc)), against the default, two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
@@ -590,7 +591,7 @@ for s in "$@"; do
     small-m-cublas)
       for seed in 87 88; do
         gemm_step "small_m_cublas_$seed" 200 --shuffle $seed --blocks 5 \
-          --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,tp256,c2+bm64+bn64+stages13+tp256 \
+          --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,c1+bm64+bn96+stages10,c2+bm64+bn96+stages10,c2+bm64+bn80+stages11,tp256,c2+bm64+bn64+stages13+tp256 \
           --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");128,7168,4096;256,7168,9216"
       done ;;
     tma-desc)

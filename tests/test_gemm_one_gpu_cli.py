@@ -36,7 +36,7 @@ def test_columns_are_the_plans_they_name():
     plan, v = mod.column_plan("c1+bn256", 2048, 7168, 4096)
     assert (plan.cta_group, plan.bn, v.cta_group, v.bn) == (1, 256, 1, 256)
     with pytest.raises(ValueError):
-        mod.column_plan("bn96", 512, 8192, 4096)  # no such tile width
+        mod.column_plan("bn100", 512, 8192, 4096)  # no such tile width
     # a forced width that does not divide N ends each tile row on a partial tile
     assert mod.column_plan("bn224", 512, 8192, 4096)[0].tiles_n == 37
     plan, _ = mod.column_plan("band4", 16384, 8192, 9216)

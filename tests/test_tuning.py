@@ -14,7 +14,7 @@ from rsar_core.validate import check_tuning
 
 
 @pytest.mark.parametrize("field,bad", [
-    ("bn", 96), ("bn", "256"), ("cta_group", 3), ("cta_group", 5), ("lag", 2), ("band", 256), ("band", -1),
+    ("bn", 100), ("bn", "256"), ("cta_group", 3), ("cta_group", 5), ("lag", 2), ("band", 256), ("band", -1),
     ("peers_first", 1), ("pair_n", None), ("push", "nvls"), ("stages", 2), ("stages", 17),
     ("epi_slots", -1), ("pdl", None), ("push_ctas", -1), ("push_ctas", True),
     ("pingpong", 1), ("trace", "yes")])
