@@ -1,7 +1,8 @@
 """64-row tiles (``Tuning.bm=64``): the plain GEMM on one MMA warp group, against float64 and
 bitwise against 128-row tiles of the same width (each output element sums K in the same
 order), with partial tile rows and columns, the TMA and thread stores, 2x1 clusters along M
-(a pair of 64-row tiles sharing w's tile), the split-K tail and fp16; refused on the fused op before any launch, the op still usable after.
+(a pair of 64-row tiles sharing w's tile), the split-K tail and fp16, cuBLAS's small-M
+forms (widths 80 / 96, 10-13 stages); refused on the fused op before any launch, the op still usable after.
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_rows64_gpu.py
 """
@@ -34,6 +35,24 @@ def test_gemm_only_rows64(comm, M, K, N, bn, form):
         p = rows64.plan(M, K, mode="gemm")
         assert p.bm == 64 and p.tiles_m == -(-M // 64) and p.bn == bn
         check_gemm_only_bitwise(rows64, rows128, x, w)
+
+
+@pytest.mark.parametrize("cta_group,deep", [(1, True), (2, True), (2, False)])
+@pytest.mark.parametrize("bn", [64, 80, 96])
+@pytest.mark.parametrize("N", [2880, 5120, 1000])
+@pytest.mark.parametrize("M,K", [(1, 64), (100, 4096), (128, 1024), (256, 9216), (300, 4096)])
+def test_gemm_only_small_m_forms(comm, M, K, N, bn, cta_group, deep):
+    """cuBLAS's forms at small M (PERF.md (bc)): 64-row tiles 64 / 80 / 96 wide
+    (``GEMM_ONLY_NS``: 80 in 16-column sub-tiles, 96 in 32) past the default 8 stages where
+    they fit, 1-CTA and 2x1 clusters, bitwise against 128-row tiles of the same width."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 7 + K + N + bn + cta_group, op.rank, M, N, K, _dev())
+    stages = {"stages": {64: 13, 80: 11, 96: 10}[bn]} if deep else {}  # the most that fit
+    with knobs(op, bm=64, bn=bn, cta_group=cta_group, **stages) as small, \
+            knobs(op, bn=bn, cta_group=1) as rows128:
+        p = small.plan(M, K, mode="gemm")
+        assert (p.bm, p.bn, p.cta_group) == (64, bn, cta_group)
+        check_gemm_only_bitwise(small, rows128, x, w)
 
 
 @pytest.mark.parametrize("bn", [64, 112, 128, 256])
