@@ -252,6 +252,13 @@ shapes() {  # "M..." "N..." ["K..."] -> M,N,K;... over K (default 1024 / 4096 / 
 }
 # issue 49's rows at N 2880 / 5120: the grid's M and K
 OFFGRID_ROWS=$(shapes "128 256 512 1024 2048 4096 8192 16384" "2880 5120" "1024 4096 9216")
+record_rows() {  # seed [grid]: issue 49's record on the default plans, one seeded order: the
+  # N 2880 / 5120 rows, after the 48 shapes where "grid" is given (OUTDIR/grid_SEED.json,
+  # OUTDIR/offgrid_rows_SEED.json)
+  [ "${2:-}" = grid ] && gemm_step "grid_$1" 200 --shuffle "$1" --blocks 5 --columns default
+  gemm_step "offgrid_rows_$1" 200 --shuffle "$1" --blocks 5 --columns default \
+    --shapes "$OFFGRID_ROWS"
+}
 lrc_runs() {  # SHAPE:COLUMN...: the L2 request coalescer's counters (LRC), one ncu run
   # each (ours and torch.mm's kernel), and their table in OUTDIR/lrc_table.txt
   export RSAR_KERNEL_CACHE=${RSAR_KERNEL_CACHE:-$PWD/kcache}
@@ -559,8 +566,7 @@ for s in "$@"; do
           "c2+bn208:3072,3072,4096;1024,3072,9216;384,6144,4096;1536,6144,9216;1024,9216,4096" \
           "c1+bn112:$(shapes "192 256" "2048 2560 2880 3072 3584 4096" 1024)" \
           "c2+bn112+stages3:384,2880,4096;384,2880,9216;320,3072,9216;512,3072,4096;384,3584,4096;512,3584,9216;512,2560,9216"
-        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
-          --shapes "$OFFGRID_ROWS"
+        record_rows $seed
       done ;;
     offgrid-check)
       for seed in 81 82; do
@@ -568,15 +574,11 @@ for s in "$@"; do
           "c2+bn256:8192,2880,4096;8192,2880,9216;6144,2560,4096;10240,2560,9216" \
           "c2+bn160:4096,2560,4096;4096,2560,9216" "c2+bn208:5120,2560,4096" \
           "c2+bn224:10240,2880,4096;10240,2880,9216"
-        gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
-        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
-          --shapes "$OFFGRID_ROWS"
+        record_rows $seed grid
       done ;;
     rows)
       for seed in ${ROWS_SEEDS:-83 84}; do
-        gemm_step "grid_$seed" 200 --shuffle $seed --blocks 5 --columns default
-        gemm_step "offgrid_rows_$seed" 200 --shuffle $seed --blocks 5 --columns default \
-          --shapes "$OFFGRID_ROWS"
+        record_rows $seed grid
       done ;;
     tma-promo)
       for seed in ${PROMO_SEEDS:-85 86}; do
