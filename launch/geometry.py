@@ -137,6 +137,12 @@ TILE_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 256)
 # (PERF.md (bc): 64 x 80 / 96 tiles at N 2880 / 5120), not yet timed in our kernels; the
 # fused op refuses them (no fused suite has run them)
 GEMM_ONLY_NS = (80, 96)
+# CTAs per cluster along M: 1-CTA tiles, 2x1 clusters (pairs), and 4x1 clusters whose four
+# CTAs share w's tile, each loading a quarter (cuBLAS's four tile rows at M <= 256 off the
+# grid, PERF.md (bc)); 4: the plain sm90 GEMM only, forced only, BN a multiple of 32 (a
+# quarter of w's tile in whole 8-row swizzle atoms)
+CTA_GROUPS = (1, 2, 4)
+QUAD = 4
 # Widths 16 past a multiple of 32 (issue "fill every SM"): their tiles go to the
 # communication warps in 16-column sub-tiles (``Sm90FusedKernel.epi_n``); sm90 only
 FINE_NS = (112, 144, 176, 208)
@@ -505,20 +511,25 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
         raise ValueError(f"BM must be one of {TILE_MS}, got {bm}")
     if bm != BM and (mode != "gemm" or pair_n or arch in BLACKWELL):
         raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles or "
-                         "2x1 clusters along M")
+                         "clusters along M")
     if arch in BLACKWELL and bn not in SM100_NS:
         raise ValueError(f"{arch} kernels run tiles {' or '.join(map(str, SM100_NS))} wide, "
                          f"not {bn}")
     if N % N_ALIGN or (N % bn and arch in BLACKWELL):
         raise ValueError(f"N={N}: {arch} plans need N a multiple of "
                          f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")
-    if cta_group not in (1, 2):
-        raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
+    if cta_group not in CTA_GROUPS:
+        raise ValueError(f"cta_group must be one of {CTA_GROUPS}, got {cta_group}")
+    if cta_group == QUAD and (mode != "gemm" or pair_n or arch in BLACKWELL or bn % (8 * QUAD)):
+        raise ValueError(f"4x1 clusters are sm90 plain-GEMM (gemm_only) plans along M whose "
+                         f"w tile splits into quarters of whole 8-row atoms (BN a multiple of "
+                         f"32); got {mode} BN={bn} on {arch}{' pairing along N' if pair_n else ''}")
     if cta_group >= 2:
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")
         slots = sm_count if pair_ctas is None else min(sm_count, pair_ctas)
-        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first, bm)
+        return pair_plan(M, N, K, world, slots, mode, bn, lag, pair_n, peers_first, bm,
+                         cta_group)
     tiles_m = ceil_div(M, bm)
     tiles_n = ceil_div(N, bn)
     num_tiles = tiles_m * tiles_n
@@ -567,11 +578,12 @@ def round_order(base: TilePlan, sm_count: int, lag: int | None) -> TilePlan:
 
 def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
               bn: int, lag: int | None = None, pair_n: bool = False,
-              peers_first: bool = False, bm: int = BM) -> TilePlan:
+              peers_first: bool = False, bm: int = BM, cta_group: int = 2) -> TilePlan:
     """2-CTA schedule: the round schedule over pair-tiles, one cluster (2 CTAs) per lane,
     lag 0 unless 1 is asked for where ``pairs_whole`` (see the module docstring); with pairs
     along N also the peers-first order, where ``pairs_whole``. ``bm`` 64: the plain GEMM's
-    pairs of 64-row tiles along M."""
+    pairs of 64-row tiles along M. ``cta_group`` 4 (the plain GEMM): clusters of four tile
+    rows, one lane each; ``sm_count`` is then the CTAs resident as 4x1 clusters."""
     tiles_m = ceil_div(M, bm)
     tiles_n = ceil_div(N, bn)
     if pair_n and tiles_n % 2:
@@ -581,13 +593,15 @@ def pair_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str,
     base = TilePlan(M=M, N=N, K=K, world=world, sm_count=sm_count, mode=mode, bn=bn,
                     tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, grid=0,
                     padded_M=padded_M, local_M=padded_M // world, chunk=0, rounds=0, lag=0,
-                    cluster_mn=(1, 2) if pair_n else (2, 1), cta_group=2, pair_n=pair_n,
-                    bm=bm)
-    clusters = max(1, sm_count // 2)
+                    cluster_mn=(1, 2) if pair_n else (cta_group, 1), cta_group=cta_group,
+                    pair_n=pair_n, bm=bm)
+    clusters = max(1, sm_count // cta_group)
     if mode == "gemm":
         lanes = min(base.num_units, clusters)
-        return replace(base, grid=2 * lanes, chunk=lanes,
+        return replace(base, grid=cta_group * lanes, chunk=lanes,
                        rounds=ceil_div(base.num_units, lanes))
+    if cta_group != 2:
+        raise ValueError(f"clusters of {cta_group} run the plain GEMM only")
     longest = base.longest_units
     if peers_first:
         if lag == 1 or not pairs_whole(base):

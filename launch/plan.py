@@ -77,9 +77,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         if pair_bn:
             bm, bn, cta_group = TILE_MS[0], pair_bn, 2
     if bm not in (None, BM):
-        if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group == 2 and sk):
+        if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group not in (None, 1) and sk):
             raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles "
-                             "or 2x1 clusters along M (without the split-K tail)")
+                             "or clusters along M (without the split-K tail)")
         g = cta_group or 1
         plan = _make_plan(M, N, K, world, sm_count, mode, arch=arch, bn=bn, cta_group=g,
                           pair_ctas=pair_ctas, lag=None, peers_first=False, bm=bm)

@@ -18,7 +18,7 @@ from typing import Any
 
 from multicast.errors import RsarValueError
 
-from .geometry import L2_HINTS, MAX_BAND, MAX_STAGES, TILE_MS, TILE_NS, TMA_PROMOS
+from .geometry import CTA_GROUPS, L2_HINTS, MAX_BAND, MAX_STAGES, TILE_MS, TILE_NS, TMA_PROMOS
 
 PUSHES = ("lsu", "tma", "tma_all")
 # Mainloop stages a forced ``stages`` may ask for (the kernel checks that its ring still fits);
@@ -30,7 +30,8 @@ EPI_SLOTS = tuple(range(0, 17))
 _ACCEPTS = {
     "bn": f"None or a tile width of {TILE_NS}",
     "bm": f"None or a tile row count of {TILE_MS}",
-    "cta_group": "None, 1 (1-CTA tiles) or 2 (2x1 clusters)",
+    "cta_group": "None, 1 (1-CTA tiles), 2 (2x1 clusters) or 4 (the plain GEMM's 4x1 "
+                 "clusters along M, an experiment)",
     "lag": "None, 0 or 1",
     "band": f"None or an int in [0, {MAX_BAND}] (0: row-major)",
     "peers_first": "None, True or False",
@@ -62,7 +63,8 @@ class Tuning:
     """Overrides of the measured rules and the experiments still open (docs/TUNING.md).
 
     Plan shape (``launch.plan``; None: the rules decide):
-    ``bn`` tile width; ``cta_group`` 1-CTA tiles or 2x1 clusters sharing w's tile; ``lag``
+    ``bn`` tile width; ``cta_group`` 1-CTA tiles or 2x1 clusters sharing w's tile (4: the
+    plain sm90 GEMM's 4x1 clusters along M, bf16 / fp16, BN a multiple of 32); ``lag``
     the round order's lag round; ``band`` unit rows per band of the tile order;
     ``peers_first`` peers' tiles before the own ones; ``pair_n`` 2x1 clusters pairing tiles
     along N; ``push_all`` the world-2 push-all AR plan; ``flat`` the flat peers-first order;
@@ -78,7 +80,7 @@ class Tuning:
 
     ``bn`` takes 112 / 144 / 176 / 208 on sm90 only (16-column sub-tiles). ``bm`` 64:
     64-row tiles on one MMA warp group, for the plain sm90 GEMM (``gemm_only``) of bf16 /
-    fp16 operands on 1-CTA tiles or (``cta_group=2``) 2x1 clusters along M; the fused op
+    fp16 operands on 1-CTA tiles or (``cta_group`` 2 / 4) clusters along M; the fused op
     refuses it.
     ``pingpong``: ping-pong MMA warp groups; None: the bf16 GEMM alone takes them where
     ``launch.rules.choose_gemm_pingpong`` does (one GPU measures it), the fused op never.
@@ -176,7 +178,7 @@ def _valid(name: str, v: Any) -> bool:
     if name == "bm":
         return v is None or (_is_int(v) and v in TILE_MS)
     if name == "cta_group":
-        return v is None or (_is_int(v) and v in (1, 2))
+        return v is None or (_is_int(v) and v in CTA_GROUPS)
     if name == "lag":
         return v is None or (_is_int(v) and v in (0, 1))
     if name == "band":

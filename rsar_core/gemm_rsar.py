@@ -79,21 +79,28 @@ def inference_only(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
     return y
 
 
-@functools.lru_cache(maxsize=None)
 def _pair_ctas(device_index: int, sm_count: int) -> int:
     """CTAs resident at once as 2x1 clusters at one CTA per SM: the GPC layout can fit
     fewer than the SM count, and every CTA of a persistent grid must be resident."""
+    return _cluster_ctas(device_index, sm_count, 2)
+
+
+@functools.lru_cache(maxsize=None)
+def _cluster_ctas(device_index: int, sm_count: int, size: int) -> int:
+    """CTAs resident at once as clusters of ``size`` along M (2, or 4 for ``Tuning(
+    cta_group=4)``) at one CTA per SM."""
     try:
         from launch.occupancy import max_active_clusters
-        return 2 * max_active_clusters(device_index, 2)
+        return size * max_active_clusters(device_index, size)
     except Exception as e:
         log.warning("cluster occupancy probe failed (%s); asking the CuTe DSL (compiles a "
                     "kernel)", e)
     try:
         from cutlass.utils import HardwareInfo
-        return 2 * HardwareInfo(device_index).get_max_active_clusters(2)
+        return size * HardwareInfo(device_index).get_max_active_clusters(size)
     except Exception as e:  # the 1-CTA plans are unaffected; be conservative
-        log.warning("cluster occupancy query failed (%s): 2x1-cluster plans use half the SMs", e)
+        log.warning("cluster occupancy query failed (%s): %dx1-cluster plans use half the "
+                    "SMs", e, size)
         return sm_count // 2
 
 
@@ -220,7 +227,9 @@ class GemmRsAr:
     def _hardware(self) -> Hardware:
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms)
         pairs = self.arch in BLACKWELL or self.tuning.cta_group != 1
-        return Hardware(self.arch or "", self.sm_count, self.pair_ctas if pairs else None)
+        quads = self.tuning.cta_group == 4
+        return Hardware(self.arch or "", self.sm_count, self.pair_ctas if pairs else None,
+                        _cluster_ctas(self.device.index, self.sm_count, 4) if quads else None)
 
     def _resolve(self, M: int, K: int, mode: str, block: bool = False,
                  bias: bool = False) -> tuple[TilePlan, Any]:

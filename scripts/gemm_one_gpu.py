@@ -15,8 +15,9 @@ together, then the next column's.
 
 Columns: ``default`` (the plan ``GemmRsAr.gemm_only`` runs), ``stagesN`` (that plan with at
 least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_stages``),
-``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters), ``bnW`` (tile width W), ``bm64`` (64-row
-tiles on one MMA warp group; 1-CTA, or with ``c2`` pairs along M sharing w), ``sk`` (the split-K
+``c1`` / ``c2`` (1-CTA tiles / 2x1 clusters; ``c4``: 4x1 clusters along M sharing w's tile,
+widths of 32s), ``bnW`` (tile width W), ``bm64`` (64-row tiles on one MMA warp group; 1-CTA,
+or with ``c2`` / ``c4`` clusters along M sharing w), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs, the plain GEMM's one round
 onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
@@ -73,7 +74,7 @@ def column_knobs(name: str) -> dict:
     for part in name.split("+"):
         if part == "default":
             continue
-        if part in ("c1", "c2"):
+        if part in ("c1", "c2", "c4"):
             knobs["cta_group"] = int(part[1])
         elif part.startswith("bn") and part[2:].isdigit():
             knobs["bn"] = int(part[2:])
@@ -98,7 +99,7 @@ def column_knobs(name: str) -> dict:
         elif part in PROMO_PARTS:
             knobs["tma_promo"] = PROMO_PARTS[part]
         else:
-            raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, bnW, "
+            raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, c4, bnW, "
                              f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
                              f"{', '.join(L2_PARTS)}, {', '.join(PROMO_PARTS)}, joined with +)")
     return knobs
@@ -106,11 +107,11 @@ def column_knobs(name: str) -> dict:
 
 def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
                 pair_ctas: int | None = None, dtype: str = "bf16",
-                block: bool = False) -> tuple:
+                block: bool = False, quad_ctas: int | None = None) -> tuple:
     """(plan, variant) a column launches; ValueError where the plan cannot take its knobs
     (an unknown width, too many stages; a width that does not divide N ends each tile row
-    on a partial tile). ``pair_ctas``: CTAs resident at once
-    as 2x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM); ``dtype``: the variant's
+    on a partial tile). ``pair_ctas`` / ``quad_ctas``: CTAs resident at once
+    as 2x1 / 4x1 clusters (as ``GemmRsAr.pair_ctas``; None: every SM); ``dtype``: the variant's
     element type ("bf16" / "f16"; "e4m3": fp8 operands, bf16 results); ``block``: fp8
     block-wise scales, on 128-wide tiles unless the column forces 64 (as
     ``GemmRsAr.plan``), ValueError for other widths."""
@@ -120,8 +121,9 @@ def column_plan(name: str, M: int, N: int, K: int, sm_count: int = 132,
     from launch.tuning import Tuning
     in_dtype = dtype if dtype in IN_DTYPES else ""
     dtypes = Dtypes("bf16" if in_dtype else dtype, in_dtype, block)
-    plan, v = resolve(Shape(M, N, K, "gemm"), Hardware("sm_90a", sm_count, pair_ctas), 2,
-                      "unicast", dtypes, Tuning(**column_knobs(name)))
+    hw = Hardware("sm_90a", sm_count, pair_ctas, quad_ctas)
+    plan, v = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", dtypes,
+                      Tuning(**column_knobs(name)))
     if v.stages or v.pingpong:  # the kernel refuses what it cannot run
         kernel_for(v)
     return plan, v
@@ -230,7 +232,7 @@ def queued_calls(fns: list, sets: list, schedule: list[tuple[int, int]],
 
 
 def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
-                  block: bool) -> None:
+                  block: bool, quad_ctas: int | None = None) -> None:
     """Compile every (shape, column) kernel the kernel cache lacks, in parallel, before any
     timing (a sweep of new variants otherwise compiles them one at a time between shapes)."""
     from launch.disk_cache import cache_dir
@@ -245,7 +247,8 @@ def build_columns(a: argparse.Namespace, sm_count: int, pair_ctas: int | None,
     for M, N, K in a.shape_list:
         for name in a.column_list:
             try:
-                vs[column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block)[1]] = None
+                vs[column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block,
+                               quad_ctas)[1]] = None
             except ValueError:
                 continue
     held = set(cached(list(vs), out))
@@ -364,10 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     ws = torch.zeros(lay.total_bytes, dtype=torch.uint8, device=dev)  # split-K slots only
     err = torch.zeros(8, dtype=torch.int32, device=dev)
     # after the first allocation: the occupancy probe loads a module into the current context
-    from rsar_core.gemm_rsar import _pair_ctas
+    from rsar_core.gemm_rsar import _cluster_ctas, _pair_ctas
     pair_ctas = _pair_ctas(dev.index, sm_count)
+    quad_ctas = _cluster_ctas(dev.index, sm_count, 4)
     if a.build_jobs:
-        build_columns(a, sm_count, pair_ctas, block)
+        build_columns(a, sm_count, pair_ctas, block, quad_ctas)
     rows = []
     for M, N, K in a.shape_list:
         sets = input_sets(M, N, K, dev, in_dtype, a.scales)
@@ -387,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         skipped = {}
         for name in a.column_list:
             try:
-                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block)
+                plan, v = column_plan(name, M, N, K, sm_count, pair_ctas, a.dtype, block,
+                                      quad_ctas)
             except ValueError as e:
                 skipped[name] = str(e)
                 continue

@@ -181,6 +181,7 @@
 #            cap of 8; 80 / 96: ``GEMM_ONLY_NS``),
 #            128-row tiles 96 wide (cuBLAS's 88 x 128 at 512 x 2880) and 80 wide at 8 stages,
 #            1-CTA and in pairs along N (its 80 x 128 on 2 x 1 at 256 x 5120),
+#            4x1 clusters along M sharing w (its four 64-row tile rows at 256 x 2880; c4),
 #            and the 256-byte L2 promotion (tp256, +3-4% at 256 x 2880 x 9216 and 128 x 2880 x
 #            4096 in (bc)), against the default, two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
@@ -595,7 +596,7 @@ for s in "$@"; do
     small-m-cublas)
       for seed in 87 88; do
         gemm_step "small_m_cublas_$seed" 200 --shuffle $seed --blocks 5 \
-          --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,c1+bm64+bn96+stages10,c2+bm64+bn96+stages10,c2+bm64+bn80+stages11,c1+bn96,c2+bn96,pn+bn80+stages8,c1+bn80+stages8,tp256,c2+bm64+bn64+stages13+tp256 \
+          --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,c1+bm64+bn96+stages10,c2+bm64+bn96+stages10,c2+bm64+bn80+stages11,c1+bn96,c2+bn96,pn+bn80+stages8,c1+bn80+stages8,c4+bm64+bn96+stages10,c4+bm64+bn64+stages13,c4+bm64+bn128,c4+bn96,c4+bn128,tp256,c2+bm64+bn64+stages13+tp256 \
           --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");128,7168,4096;256,7168,9216"
       done ;;
     tma-desc)

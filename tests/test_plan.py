@@ -1071,9 +1071,13 @@ def test_workspace_holds_every_tile_of_a_partial_column():
                     assert lay.part_off + p.num_tiles * p.tile_bytes <= lay.out_off
 
 
-def test_clusters_are_one_or_two_ctas():
-    """Clusters of 3 / 4 tile rows (the plain GEMM) left main: tag experiments/2026-12-05."""
-    for g in (0, 3, 4, 5):
+def test_clusters_are_one_two_or_four_ctas():
+    """Clusters of 3 tile rows left main (tag experiments/2026-12-05); 4 came back for the
+    plain GEMM only (tests/test_quad_clusters.py)."""
+    for g in (0, 3, 5):
         for mode in ("rs", "gemm"):
-            with pytest.raises(ValueError, match="1 or 2"):
+            with pytest.raises(ValueError, match=r"one of \(1, 2, 4\)"):
                 make_plan(512, 7168, 4096, 2, 132, mode, bn=256, cta_group=g)
+    with pytest.raises(ValueError, match="4x1 clusters are sm90 plain-GEMM"):
+        make_plan(512, 7168, 4096, 2, 132, "rs", bn=256, cta_group=4)
+    assert make_plan(512, 7168, 4096, 2, 132, "gemm", bn=256, cta_group=4).cta_group == 4

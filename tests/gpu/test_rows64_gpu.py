@@ -2,7 +2,7 @@
 bitwise against 128-row tiles of the same width (each output element sums K in the same
 order), with partial tile rows and columns, the TMA and thread stores, 2x1 clusters along M
 (a pair of 64-row tiles sharing w's tile), the split-K tail and fp16, cuBLAS's small-M
-forms (widths 80 / 96, 10-13 stages); refused on the fused op before any launch, the op still usable after.
+forms (widths 80 / 96, 10-13 stages; 4x1 clusters along M); refused on the fused op before any launch, the op still usable after.
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_rows64_gpu.py
 """
@@ -53,6 +53,25 @@ def test_gemm_only_small_m_forms(comm, M, K, N, bn, cta_group, deep):
         p = small.plan(M, K, mode="gemm")
         assert (p.bm, p.bn, p.cta_group) == (64, bn, cta_group)
         check_gemm_only_bitwise(small, rows128, x, w)
+
+
+@pytest.mark.parametrize("bm,bn,stages", [(64, 64, 13), (64, 96, 10), (64, 128, 0),
+                                          (128, 128, 0), (128, 96, 0)])
+@pytest.mark.parametrize("N", [2880, 5120, 1000])
+@pytest.mark.parametrize("M,K", [(1, 64), (100, 4096), (200, 1024), (256, 9216), (300, 4096),
+                                 (520, 1024)])
+def test_gemm_only_quad_clusters(comm, M, K, N, bm, bn, stages):
+    """4x1 clusters along M (``Tuning(cta_group=4)``: w's tile split in quarters, each
+    multicast to the four CTAs; clusters past the last tile row compute padding tiles never
+    stored; x's last-row box), bitwise against 1-CTA tiles of the same rows and width."""
+    op = get_op(comm, N, False)
+    x, w = rank_inputs(M * 17 + K + N + bn + bm, op.rank, M, N, K, _dev())
+    deep = {"stages": stages} if stages else {}
+    with knobs(op, bm=bm, bn=bn, cta_group=4, **deep) as quads, \
+            knobs(op, bm=bm, bn=bn, cta_group=1) as single:
+        p = quads.plan(M, K, mode="gemm")
+        assert (p.bm, p.bn, p.cta_group, p.cluster_mn) == (bm, bn, 4, (4, 1))
+        check_gemm_only_bitwise(quads, single, x, w)
 
 
 @pytest.mark.parametrize("bn", [64, 112, 128, 256])
