@@ -184,6 +184,11 @@
 #            4x1 clusters along M sharing w (its four 64-row tile rows at 256 x 2880; c4),
 #            and the 256-byte L2 promotion (tp256, +3-4% at 256 x 2880 x 9216 and 128 x 2880 x
 #            4096 in (bc)), against the default, two seeded orders
+#   small-m-rules  (1 GPU) what small-m-cublas found, off its shapes: the default 64-row
+#            plans (M <= 128) at 10 / 13 stages (64 wide +11..+16% at 128 x 2880, PERF.md (bd));
+#            4x1 clusters of 64-row tiles 64 / 96 / 128 wide at M 200 / 256, N 1536-3584
+#            (96 wide +13..+23% at 256 x 2880); 96 / 128 wide on 128-row 4x1 clusters at
+#            M 448 / 512; two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -219,7 +224,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -598,6 +603,18 @@ for s in "$@"; do
         gemm_step "small_m_cublas_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,c1+bm64+bn96+stages10,c2+bm64+bn96+stages10,c2+bm64+bn80+stages11,c1+bn96,c2+bn96,pn+bn80+stages8,c1+bn80+stages8,c4+bm64+bn96+stages10,c4+bm64+bn64+stages13,c4+bm64+bn128,c4+bn96,c4+bn128,tp256,c2+bm64+bn64+stages13+tp256 \
           --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");128,7168,4096;256,7168,9216"
+      done ;;
+    small-m-rules)
+      for seed in ${SMALL_M_SEEDS:-89 90}; do
+        gemm_step "small_m_deep_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,stages10,stages13 \
+          --shapes "$(shapes "32 64 96 128" "2048 2880 4096 5120 7168")"
+        gemm_step "small_m_quads_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c4+bm64+bn64+stages13,c4+bm64+bn96+stages10,c4+bm64+bn128,c2+bm64+bn96+stages10 \
+          --shapes "$(shapes "200 256" "1536 2048 2560 2880 3072 3584")"
+        gemm_step "small_m_quads512_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c4+bn96,c4+bn96+stages7,c2+bn96,c4+bn128 \
+          --shapes "$(shapes "448 512" "2560 2880 3072" "4096 9216")"
       done ;;
     tma-desc)
       step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \

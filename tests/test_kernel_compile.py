@@ -334,9 +334,12 @@ def test_tma_store_is_the_plain_gemms_with_bulk_copy_rows():
             kernel_for(bad)
 
 
-def test_clusters_are_one_or_two_ctas():
-    """Clusters of 3 / 4 tile rows left main (tag experiments/2026-12-05)."""
+def test_clusters_are_one_two_or_four_ctas():
+    """Clusters of 3 tile rows left main (tag experiments/2026-12-05); 4 runs the plain GEMM
+    only, widths of 32s (tests/test_quad_clusters.py)."""
     from launch.cache import kernel_for
-    for g in (3, 4, 5):
-        with pytest.raises(ValueError, match="cta_group"):
+    for g in (3, 5):
+        with pytest.raises(ValueError, match="cta_group must be one of"):
             kernel_for(Variant("sm_90a", 192, 2, "gemm", "unicast", g, push="tma"))
+    with pytest.raises(ValueError, match="4x1 clusters run the plain GEMM"):
+        kernel_for(Variant("sm_90a", 192, 2, "rs", "unicast", 4, push="tma"))

@@ -74,8 +74,10 @@ def test_sm100_call_signature_matches_sm90():
 def test_variants_reject_what_their_kernel_lacks():
     with pytest.raises(ValueError, match="cta_group"):
         kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", 5))
-    with pytest.raises(ValueError, match="cta_group must be 1 or 2"):
+    with pytest.raises(ValueError, match="cta_group must be one of"):
         kernel_for(Variant("sm_90a", 192, 2, "gemm", "unicast", 3))
+    with pytest.raises(ValueError, match="cta_group must be 1 or 2"):
+        kernel_for(Variant("sm_100a", 128, 2, "gemm", "unicast", 4))
     with pytest.raises(ValueError, match="push"):
         kernel_for(Variant("sm_90a", 128, 2, "rs", "unicast", push="nvlink"))
     with pytest.raises(ValueError, match="knobs"):
