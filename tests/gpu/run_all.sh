@@ -44,7 +44,7 @@ fi
 [ -z "${RSAR_SKIP_FUSED:-}" ] && run fused 420 mpirun -n "$W" $P tests/gpu/test_fused_gpu.py
 run partial 300 mpirun -n "$W" $P tests/gpu/test_partial_tiles_gpu.py
 run fine_widths 300 mpirun -n "$W" $P tests/gpu/test_fine_widths_gpu.py
-run rows64 120 mpirun -n "$W" $P tests/gpu/test_rows64_gpu.py
+run rows64 400 mpirun -n "$W" $P tests/gpu/test_rows64_gpu.py
 run x_loads 240 mpirun -n "$W" $P tests/gpu/test_x_loads_gpu.py
 run pingpong 300 mpirun -n "$W" $P tests/gpu/test_pingpong_gpu.py
 run early_copy 90 mpirun -n "$W" $P tests/gpu/test_early_copy_gpu.py
