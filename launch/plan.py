@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH_ALL_MAX_M,
-                       TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan,
+                       QUAD, TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan,
                        tile_widths, with_sk)
 from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
                     choose_gemm_dividing_widths, choose_gemm_one_round_width,
                     choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
-                    choose_gemm_pingpong, choose_gemm_rows64, choose_gemm_rows64_pairs,
+                    choose_gemm_pingpong, choose_gemm_quads, choose_gemm_rows64,
+                    choose_gemm_rows64_pairs,
                     choose_gemm_split,
                     choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
@@ -30,7 +31,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
               pair_n: bool = False, push_all: bool | None = False,
               flat: bool | None = None, sk: bool | None = None,
               split_row: bool | None = None, pingpong: bool | None = False,
-              bm: int | None = None, fine: bool = True, x_box: bool = True) -> TilePlan:
+              bm: int | None = None, fine: bool = True, x_box: bool = True,
+              quad_ctas: int | None = None) -> TilePlan:
     """``arch`` picks the heuristic (sm90: the tile width of least ``lane_cost``, 1-CTA or
     2x1 clusters by ``choose_gemm_cluster`` (plain GEMM, unless ``_gemm_one_cta_if_cheaper``
     finds a cheaper 1-CTA plan) and ``choose_fused_cluster``, the
@@ -62,7 +64,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     ``fine``: the plain GEMM may take a width of ``FINE_NS`` (or of
     ``choose_gemm_dividing_widths``) by ``FINE_GAIN``. ``x_box``: the
     kernel will load x in boxes of M rows where M is below the tile's (``choose_x_box``),
-    which ``choose_gemm_split`` weighs."""
+    which ``choose_gemm_split`` weighs. ``quad_ctas``: CTAs resident at once as 4x1 clusters
+    (None: every SM), for ``choose_gemm_quads``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rows64_rule = (mode == "gemm" and bm is None and not sk
@@ -74,8 +77,12 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
                                                                     pair_n):
         clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
         pair_bn = choose_gemm_rows64_pairs(M, N, clusters)
+        quads = (sm_count if quad_ctas is None else min(sm_count, quad_ctas)) // QUAD
+        quad_bn = None if pair_bn else choose_gemm_quads(M, N, K, quads)
         if pair_bn:
             bm, bn, cta_group = TILE_MS[0], pair_bn, 2
+        elif quad_bn:
+            bm, bn, cta_group, pair_ctas = TILE_MS[0], quad_bn, QUAD, quad_ctas
     if bm not in (None, BM):
         if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group not in (None, 1) and sk):
             raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles "

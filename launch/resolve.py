@@ -262,7 +262,7 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          pingpong=None if pp_rule else False,
                          fine=_fill_rules(shape, dtypes),
                          bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128,
-                         x_box=x_box)
+                         x_box=x_box, quad_ctas=hw.quad_ctas)
     except RsarValueError:
         raise
     except ValueError as e:

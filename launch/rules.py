@@ -428,6 +428,33 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
     return next((b for b in ROWS64_PAIR_NS if ceil_div(N, b) <= clusters), None)
 
 
+# The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
+# four ways in whole 8-row atoms
+QUAD_NS = (64, 96, 128)
+
+
+def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
+    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
+    clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
+    (M 193-256) and K >= 4096, the narrowest of ``QUAD_NS`` whose tile columns fit one round
+    of ``clusters`` 4x1 clusters. The four CTAs of a tile column share w's tile (each loads a
+    quarter for all four), so w, the operand these memory-bound shapes stream, leaves L2
+    once per column instead of once per tile row, and 64-row tiles put four SMs on it where
+    a 128-row tile put two. cuBLAS's form at 256 x 2880 (``nvjet ... 96x64 ... 2x4``: 64 x
+    96 tiles on clusters of four along M, docs/PERF.md (bc)).
+
+    One H100, same-run A/B against the default (docs/PERF.md (bd), two seeded orders, five
+    blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x -> 0.98x
+    cuBLAS); 96 wide on 2x1 clusters +7..+11% there. At 256 x 5120 / 7168 (two rounds of
+    them) they lost."""
+    if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or K < QUAD_MIN_K:
+        return None
+    return next((b for b in QUAD_NS if ceil_div(N, b) <= clusters), None)
+
+
+QUAD_MIN_K = 4096
+
+
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
     """Whether the plain GEMM's one round of 64-row tiles (``choose_gemm_rows64``) is cut along
     K onto a grid widened to ``pieces`` lanes a tile (``launch.geometry.with_sk``): there a
@@ -581,6 +608,27 @@ def narrow_pairs_deep(plan: TilePlan) -> bool:
             and plan.rounds == 1 and plan.K >= 4096)
 
 
+# The most mainloop stages a 64-row tile of each width holds beside a 2-slot sub-tile ring
+# (``Sm90FusedKernel``'s shared-memory budget; tests/test_small_m_deep.py checks them)
+ROWS64_DEEP_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
+ROWS64_DEEP_MIN_K = 4096
+
+
+def rows64_deep(plan: TilePlan) -> bool:
+    """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
+    ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: at a
+    plan depth K >= 4096. A 64-row tile's k-block is small (64 x 64 tiles: 16 KiB, so the
+    kernel's 8 stages keep 128 KiB in flight where a 128-row tile's keep 190), and these
+    memory-bound rounds run on the loads in flight. cuBLAS runs 64-row tiles at 10-13
+    stages at these shapes (docs/PERF.md (bc)).
+
+    One H100, same-run A/B (docs/PERF.md (bd), two seeded orders, five blocks): 128 x 2880
+    x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +16%; 64 x 96 tiles on 4x1
+    clusters timed at 10."""
+    return (plan.mode == "gemm" and plan.bm == TILE_MS[0] and plan.K >= ROWS64_DEEP_MIN_K
+            and not plan.sk and plan.bn in ROWS64_DEEP_STAGES)
+
+
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
                    tma_store: int = 0, pingpong: int = 0) -> int:
     """4 where a 224- or 256-wide sm90 plan gives each lane few tiles, or where the GEMM
@@ -626,6 +674,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
         return 0
     if tma_store and not pingpong and narrow_pairs_deep(plan):
         return NARROW_PAIR_STAGES
+    if tma_store and not pingpong and rows64_deep(plan):
+        return ROWS64_DEEP_STAGES[plan.bn]
     if tma_store and plan.mode == "gemm" and pingpong and (plan.K <= 1024 or plan.K >= 4096):
         return 5 if plan.cta_group == 2 and plan.bn in PINGPONG_FIVE_STAGE_NS else 0
     if tma_store and plan.mode == "gemm" and plan.K <= 1024:

@@ -227,7 +227,8 @@ class GemmRsAr:
     def _hardware(self) -> Hardware:
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms)
         pairs = self.arch in BLACKWELL or self.tuning.cta_group != 1
-        quads = self.tuning.cta_group == 4
+        # and those that can pick 4x1 clusters (``choose_gemm_quads``, sm90), of 4x1 clusters
+        quads = self.arch == "sm_90a" and self.tuning.cta_group in (None, 4)
         return Hardware(self.arch or "", self.sm_count, self.pair_ctas if pairs else None,
                         _cluster_ctas(self.device.index, self.sm_count, 4) if quads else None)
 

@@ -1,0 +1,91 @@
+"""The small-M rules of PERF.md (bd): deep mainloops on the plain GEMM's 64-row tiles
+(``rows64_deep`` / ``ROWS64_DEEP_STAGES``) and 4x1 clusters of 64-row tiles at four tile
+rows (``choose_gemm_quads``). What each rule picks, where it stops, that the stage table is
+what the kernel's shared memory holds, and that every plan they pick compiles."""
+from __future__ import annotations
+
+import pytest
+
+from launch import Hardware, Shape, Tuning, resolve
+from launch.resolve import Dtypes
+from launch.rules import (QUAD_MIN_K, QUAD_NS, ROWS64_DEEP_MIN_K, ROWS64_DEEP_STAGES,
+                          choose_gemm_quads)
+
+H100 = Hardware("sm_90a", 132, 132, 128)
+
+
+@pytest.mark.parametrize("bn", sorted(ROWS64_DEEP_STAGES))
+def test_stage_table_is_what_fits(bn):
+    """The most stages a 64-row tile of each width holds beside a 2-slot ring: the kernel
+    takes the table's count and refuses one more."""
+    pytest.importorskip("cutlass")
+    from launch.sm90_kernel import Sm90FusedKernel
+    from launch.variant import Variant
+    deep = ROWS64_DEEP_STAGES[bn]
+
+    def kernel(stages):
+        return Sm90FusedKernel(Variant("sm_90a", bn, 2, "gemm", "unicast", 1, push="tma",
+                                       tma_store=1, stages=stages, bm=64))
+    assert kernel(deep).ab_stage == deep
+    with pytest.raises(ValueError, match="ring slots"):
+        kernel(deep + 1)
+
+
+def test_quads_pick_the_narrowest_width_of_one_round():
+    assert choose_gemm_quads(256, 2880, 9216, 32) == 96  # 30 columns of 96; 45 of 64 do not fit
+    assert choose_gemm_quads(256, 2048, 4096, 32) == 64
+    assert choose_gemm_quads(193, 4096, 4096, 32) == 128
+    assert choose_gemm_quads(256, 4097, 4096, 32) is None  # 33 columns of 128
+    assert choose_gemm_quads(256, 2880, 9216, 29) == 128  # fewer clusters resident
+    for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (64, 9216)):
+        assert choose_gemm_quads(M, 2880, K, 32) is None
+
+
+@pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (256, 2880, 4096), (200, 2048, 4096),
+                                   (224, 3584, 9216)])
+def test_quads_are_the_default_there(M, N, K):
+    p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert (p.bm, p.cta_group, p.rounds) == (64, 4, 1) and p.bn in QUAD_NS
+    assert p.grid <= H100.quad_ctas
+    assert v.stages == ROWS64_DEEP_STAGES[p.bn]
+
+
+@pytest.mark.parametrize("M,N,K,mode,dtypes,tuning", [
+    (256, 2880, 9216, "rs", Dtypes(), Tuning()),            # the fused op keeps its plans
+    (256, 2880, 9216, "gemm", Dtypes("f16"), Tuning()),     # measured on bf16 only
+    (256, 2880, 9216, "gemm", Dtypes("bf16", "e4m3"), Tuning()),
+    (256, 2880, 9216, "gemm", Dtypes(), Tuning(bn=128)),     # anything forced: no rule
+    (256, 2880, 9216, "gemm", Dtypes(), Tuning(cta_group=2)),
+    (256, 2880, 1024, "gemm", Dtypes(), Tuning()),           # short K: not measured
+    (256, 7168, 9216, "gemm", Dtypes(), Tuning()),           # two rounds: none fits
+])
+def test_quads_not_taken(M, N, K, mode, dtypes, tuning):
+    p, _ = resolve(Shape(M, N, K, mode), H100, 2, "unicast", dtypes, tuning)
+    assert p.cta_group != 4
+
+
+def test_quads_fall_back_where_occupancy_is_unknown():
+    """Without the occupancy query (a CPU plan), every SM counts: 33 clusters."""
+    p, _ = resolve(Shape(256, 2880, 9216, "gemm"), Hardware("sm_90a", 132), 2, "unicast")
+    assert (p.cta_group, p.bn, p.grid) == (4, 96, 120)
+
+
+@pytest.mark.parametrize("M,N,K", [(128, 2880, 4096), (128, 2880, 9216), (100, 2048, 9216),
+                                   (256, 2880, 9216)])
+def test_deep_stages_on_64_row_plans(M, N, K):
+    p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert p.bm == 64 and v.stages == ROWS64_DEEP_STAGES[p.bn]
+
+
+@pytest.mark.parametrize("M,N,K", [(128, 2880, ROWS64_DEEP_MIN_K - 1), (128, 2880, 1024),
+                                   (512, 2880, 9216), (1024, 7168, 4096)])
+def test_no_deep_stages_elsewhere(M, N, K):
+    p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert not (p.bm == 64 and v.stages in ROWS64_DEEP_STAGES.values())
+
+
+@pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (200, 2048, 4096), (128, 2880, 9216)])
+def test_their_kernels_compile(ptx_of, M, N, K):
+    pytest.importorskip("cutlass")
+    _, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert f".m64n{v.bn}k16." in ptx_of(v)
