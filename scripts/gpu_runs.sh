@@ -184,11 +184,12 @@
 #            4x1 clusters along M sharing w (its four 64-row tile rows at 256 x 2880; c4),
 #            and the 256-byte L2 promotion (tp256, +3-4% at 256 x 2880 x 9216 and 128 x 2880 x
 #            4096 in (bc)), against the default, two seeded orders
-#   small-m-rules  (1 GPU) what small-m-cublas found, off its shapes: the default 64-row
-#            plans (M <= 128) at 10 / 13 stages (64 wide +11..+16% at 128 x 2880, PERF.md (bd));
-#            4x1 clusters of 64-row tiles 64 / 96 / 128 wide at M 200 / 256, N 1536-3584
-#            (96 wide +13..+23% at 256 x 2880); 96 / 128 wide on 128-row 4x1 clusters at
-#            M 448 / 512; two seeded orders
+#   small-m-rules  (1 GPU) the rules small-m-cublas found (PERF.md (bd)), off its shapes,
+#            against the plans they replace: the 64-row plans (M <= 128) at their deep
+#            stages (``rows64_deep``) against 8 (stages8; 10 / 13 beside them, K=1024 too);
+#            ``choose_gemm_quads`` at M 200 / 256, N 1536-3584 against the 128-row plans
+#            (bm128: every other rule as before) and each 4x1 width; 96 / 128 wide on
+#            128-row 4x1 clusters at M 448 / 512; two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -607,10 +608,10 @@ for s in "$@"; do
     small-m-rules)
       for seed in ${SMALL_M_SEEDS:-89 90}; do
         gemm_step "small_m_deep_$seed" 200 --shuffle $seed --blocks 5 \
-          --columns default,stages10,stages13 \
+          --columns default,stages8,stages10,stages13 \
           --shapes "$(shapes "32 64 96 128" "2048 2880 4096 5120 7168")"
         gemm_step "small_m_quads_$seed" 200 --shuffle $seed --blocks 5 \
-          --columns default,c4+bm64+bn64+stages13,c4+bm64+bn96+stages10,c4+bm64+bn128,c2+bm64+bn96+stages10 \
+          --columns default,bm128,c4+bm64+bn64+stages13,c4+bm64+bn96+stages10,c4+bm64+bn128+stages9,c2+bm64+bn96+stages10 \
           --shapes "$(shapes "200 256" "1536 2048 2560 2880 3072 3584")"
         gemm_step "small_m_quads512_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c4+bn96,c4+bn96+stages7,c2+bn96,c4+bn128 \
