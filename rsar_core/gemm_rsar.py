@@ -224,13 +224,18 @@ class GemmRsAr:
         """CTAs resident at once as 2x1 clusters on this GPU (queried once per process)."""
         return _pair_ctas(self.device.index, self.sm_count)
 
+    @property
+    def quad_ctas(self) -> int:
+        """CTAs resident at once as 4x1 clusters on this GPU (queried once per process)."""
+        return _cluster_ctas(self.device.index, self.sm_count, 4)
+
     def _hardware(self) -> Hardware:
         # Plans that can pick 2x1 clusters need the occupancy query (once per process, ~ms)
         pairs = self.arch in BLACKWELL or self.tuning.cta_group != 1
         # and those that can pick 4x1 clusters (``choose_gemm_quads``, sm90), of 4x1 clusters
         quads = self.arch == "sm_90a" and self.tuning.cta_group in (None, 4)
         return Hardware(self.arch or "", self.sm_count, self.pair_ctas if pairs else None,
-                        _cluster_ctas(self.device.index, self.sm_count, 4) if quads else None)
+                        self.quad_ctas if quads else None)
 
     def _resolve(self, M: int, K: int, mode: str, block: bool = False,
                  bias: bool = False) -> tuple[TilePlan, Any]:

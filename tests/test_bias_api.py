@@ -146,6 +146,7 @@ def _recording_cache(monkeypatch) -> list:
     seen: list = []
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or object())
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     return seen
 
 

@@ -158,6 +158,7 @@ def test_warmup_plans_and_compiles_each_m_without_launching(monkeypatch):
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or (lambda *a: pytest.fail(
         "warmup must not launch")))
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     op = planning_op("rs")
     op.max_M = 4096
     op.warmup([128, 1000, 4096], 1024)

@@ -72,6 +72,7 @@ def test_the_variants_differ_by_dtype_only(monkeypatch):
     compiles the same variants with dtype f16."""
     seen: dict = {torch.bfloat16: [], torch.float16: []}
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     for dtype, vs in seen.items():
         monkeypatch.setattr(CACHE, "get", lambda v, vs=vs: vs.append(v) or object())
         for mode in ("rs", "ar"):

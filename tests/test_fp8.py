@@ -141,6 +141,7 @@ def test_plans_take_half_the_depth(monkeypatch):
     assert plan_depth(4096, "e4m3") == 2048 and plan_depth(4096) == 4096
     seen: dict = {"": [], "e4m3": []}
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     fixed = {}
     for name, vs in seen.items():
         monkeypatch.setattr(CACHE, "get", lambda v, vs=vs: vs.append(v) or object())

@@ -94,6 +94,7 @@ def test_a_block_call_returns_the_blockwise_product(monkeypatch):
 def test_block_plans_are_128_wide_and_their_variants_marked(monkeypatch):
     seen: list = []
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or object())
     for mode in ("rs", "ar"):
         op = planning_op(mode, input_dtype=FP8)
@@ -117,6 +118,7 @@ def test_block_scales_refuse_other_widths_and_archs(monkeypatch):
     op = cpu_op(monkeypatch, "rs", N=200, input_dtype=FP8)
     assert op(x, w, sx, sw).shape == (3, 200)
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     sm100 = planning_op("rs", arch="sm_100a", input_dtype=FP8)
     with pytest.raises(UnsupportedError, match="sm90"):
         sm100.plan(4096, 7168, block=True)

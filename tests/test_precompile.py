@@ -112,6 +112,7 @@ def test_block_scales_build_the_128_wide_plans_of_each_shape(monkeypatch):
     assert not precompile.variants("sm_100a", 2, ["unicast"], dtypes=("e4m3-block",))
     seen: list = []
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or object())
     for mode in ("rs", "ar"):
         op = planning_op(mode, N=7168, input_dtype=torch.float8_e4m3fn)

@@ -38,6 +38,7 @@ def test_op_launches_the_push_ctas_variant(monkeypatch):
     seen = []
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or (lambda *a: None))
     monkeypatch.setattr(gemm_rsar.GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(gemm_rsar.GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     op = retuned(_op(), push_ctas=16)
     plan, _ = op._plan_and_kernel(2048, 1024, "rs")
     assert plan.push_ctas == 16 and seen[-1].push_ctas == 1 and seen[-1].flat == 1

@@ -75,6 +75,7 @@ def variants(monkeypatch) -> list:
     monkeypatch.setattr(CACHE, "get", lambda v: seen.append(v) or (lambda *a: None))
     monkeypatch.setattr(gemm_rsar, "_pair_ctas", lambda index, sm_count: sm_count)
     monkeypatch.setattr(GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     return seen
 
 

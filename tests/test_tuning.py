@@ -89,6 +89,7 @@ def test_a_refused_call_leaves_the_op_usable(monkeypatch):
     import torch
     from rsar_core.gemm_rsar import GemmRsAr
     monkeypatch.setattr(GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     op = cpu_op(monkeypatch, "rs", N=7168, max_M=4096, tuning=Tuning(pingpong=True))
     x = torch.randn(4096, 64, dtype=torch.bfloat16)
     w = torch.randn(7168, 64, dtype=torch.bfloat16)
@@ -103,6 +104,7 @@ def test_a_refused_call_leaves_the_op_usable(monkeypatch):
 def test_an_op_plans_with_its_own_tuning_only(monkeypatch):
     from rsar_core.gemm_rsar import GemmRsAr
     monkeypatch.setattr(GemmRsAr, "pair_ctas", property(lambda self: self.sm_count))
+    monkeypatch.setattr(GemmRsAr, "quad_ctas", property(lambda self: self.sm_count))
     base = planning_op("rs")
     narrow = retuned(base, bn=128)
     assert narrow.plan(4096, 4096).bn == 128 and base.plan(4096, 4096).bn == 256
