@@ -605,14 +605,18 @@ for s in "$@"; do
           --columns default,c1+bm64+bn64+stages13,c2+bm64+bn64+stages13,c1+bm64+bn112+stages10,c2+bm64+bn112+stages10,c1+bm64+bn96+stages10,c2+bm64+bn96+stages10,c2+bm64+bn80+stages11,c1+bn96,c2+bn96,pn+bn80+stages8,c1+bn80+stages8,c4+bm64+bn96+stages10,c4+bm64+bn64+stages13,c4+bm64+bn128,c4+bn96,c4+bn128,tp256,c2+bm64+bn64+stages13+tp256 \
           --shapes "$(shapes "128 256 512" 2880 "4096 9216");$(shapes "128 256" 5120 "4096 9216");128,7168,4096;256,7168,9216"
       done ;;
-    small-m-rules)
+    small-m-rules)  # the rules' groups first, both orders each, 512 last
       for seed in ${SMALL_M_SEEDS:-89 90}; do
         gemm_step "small_m_deep_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,stages8,stages10,stages13 \
           --shapes "$(shapes "32 64 96 128" "2048 2880 4096 5120 7168")"
+      done
+      for seed in ${SMALL_M_SEEDS:-89 90}; do
         gemm_step "small_m_quads_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,bm128,c4+bm64+bn64+stages13,c4+bm64+bn96+stages10,c4+bm64+bn128+stages9,c2+bm64+bn96+stages10 \
           --shapes "$(shapes "200 256" "1536 2048 2560 2880 3072 3584")"
+      done
+      for seed in ${SMALL_M_SEEDS:-89 90}; do
         gemm_step "small_m_quads512_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c4+bn96,c4+bn96+stages7,c2+bn96,c4+bn128 \
           --shapes "$(shapes "448 512" "2560 2880 3072" "4096 9216")"
