@@ -76,7 +76,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     elif mode == "gemm" and bm is None and not sk and _sm90_unforced(arch, bn, cta_group, lag,
                                                                     pair_n):
         clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
-        pair_bn = choose_gemm_rows64_pairs(M, N, clusters)
+        pair_bn = choose_gemm_rows64_pairs(M, N, clusters, K)
         quads = (sm_count if quad_ctas is None else min(sm_count, quad_ctas)) // QUAD
         quad_bn = None if pair_bn else choose_gemm_quads(M, N, K, quads)
         if pair_bn:

@@ -405,7 +405,11 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
 ROWS64_PAIR_NS = (64, 112, 128)
 
 
-def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
+# and at K >= ``ROWS64_DEEP_MIN_K``, where the narrower 80 / 96 run deep (``rows64_deep``)
+ROWS64_PAIR_DEEP_NS = (64, 80, 96, 112, 128)
+
+
+def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 2x1
     clusters along M, or None (the other rules): at 64 < M <= 128, the narrowest of
     ``ROWS64_PAIR_NS`` whose tile columns fit one round of ``clusters``. The pair's two
@@ -422,22 +426,28 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
     M=128 +4.8% (-0.3..+19%), M 80 / 100 +20% (+6..+50%). At M 192 / 256
     (four 64-row tiles) they lost at most shapes (-10..-45%); at M=64 (a padding tile in
     every pair) they tied or won at N 2880 / 5120 against ``choose_gemm_rows64``'s 1-CTA
-    plans: no rule there yet."""
+    plans: no rule there yet.
+
+    At K >= 4096 the candidates are ``ROWS64_PAIR_DEEP_NS``: 80 / 96, which then run 11 / 10
+    stages (``rows64_deep``), come before 112. One H100, same-run A/B against the 112-wide
+    pairs at 8 stages (docs/PERF.md (bd), two seeded orders): 128 x 5120 x 4096 / 9216 80
+    wide at 11 stages +3.9 / +4.0% and +6.0 / +6.3% (96 wide at 10: +2.6..+4.5%)."""
     if not TILE_MS[0] < M <= BM:
         return None
-    return next((b for b in ROWS64_PAIR_NS if ceil_div(N, b) <= clusters), None)
+    widths = ROWS64_PAIR_DEEP_NS if K >= ROWS64_DEEP_MIN_K else ROWS64_PAIR_NS
+    return next((b for b in widths if ceil_div(N, b) <= clusters), None)
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
 # four ways in whole 8-row atoms
-QUAD_NS = (64, 96, 128)
+QUAD_NS = (96, 128)
 
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
     clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
     (M 193-256) and K >= 4096, the narrowest of ``QUAD_NS`` whose tile columns fit one round
-    of ``clusters`` 4x1 clusters. The four CTAs of a tile column share w's tile (each loads a
+    of ``clusters`` 4x1 clusters (96 wide to N=3072 on an H100's 32). The four CTAs of a tile column share w's tile (each loads a
     quarter for all four), so w, the operand these memory-bound shapes stream, leaves L2
     once per column instead of once per tile row, and 64-row tiles put four SMs on it where
     a 128-row tile put two. cuBLAS's form at 256 x 2880 (``nvjet ... 96x64 ... 2x4``: 64 x
@@ -445,8 +455,9 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
 
     One H100, same-run A/B against the default (docs/PERF.md (bd), two seeded orders, five
     blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x -> 0.98x
-    cuBLAS); 96 wide on 2x1 clusters +7..+11% there. At 256 x 5120 / 7168 (two rounds of
-    them) they lost."""
+    cuBLAS), 128 wide +7 / +13%; 96 wide on 2x1 clusters +7..+11% there. At 256 x 5120 /
+    7168 (two rounds of them) they lost, as did 64 wide at 256 x 2880 (two rounds); 64 wide
+    in one round (N <= 2048) was not timed."""
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or K < QUAD_MIN_K:
         return None
     return next((b for b in QUAD_NS if ceil_div(N, b) <= clusters), None)
@@ -610,7 +621,9 @@ def narrow_pairs_deep(plan: TilePlan) -> bool:
 
 # The most mainloop stages a 64-row tile of each width holds beside a 2-slot sub-tile ring
 # (``Sm90FusedKernel``'s shared-memory budget; tests/test_small_m_deep.py checks them)
-ROWS64_DEEP_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
+ROWS64_FIT_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
+# What ``rows64_deep`` gives the widths it was timed at (80: at 11, one short of the fit)
+ROWS64_DEEP_STAGES = {64: 13, 80: 11, 96: 10}
 ROWS64_DEEP_MIN_K = 4096
 
 
@@ -623,8 +636,10 @@ def rows64_deep(plan: TilePlan) -> bool:
     stages at these shapes (docs/PERF.md (bc)).
 
     One H100, same-run A/B (docs/PERF.md (bd), two seeded orders, five blocks): 128 x 2880
-    x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +16%; 64 x 96 tiles on 4x1
-    clusters timed at 10."""
+    x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +12% and +16 / +16%; 64 x 80
+    pairs at 11 (``choose_gemm_rows64_pairs`` at K >= 4096) and 64 x 96 tiles on 4x1
+    clusters at 10 were timed so. 112 wide at 10 (the M=128 plans at N 5120 / 7168): -0.7
+    .. +3.0%, no rule; 128 wide not timed."""
     return (plan.mode == "gemm" and plan.bm == TILE_MS[0] and plan.K >= ROWS64_DEEP_MIN_K
             and not plan.sk and plan.bn in ROWS64_DEEP_STAGES)
 

@@ -186,7 +186,8 @@
 #            4096 in (bc)), against the default, two seeded orders
 #   small-m-rules  (1 GPU) the rules small-m-cublas found (PERF.md (bd)), off its shapes,
 #            against the plans they replace: the 64-row plans (M <= 128) at their deep
-#            stages (``rows64_deep``) against 8 (stages8; 10 / 13 beside them, K=1024 too);
+#            stages (``rows64_deep``) against 8 (stages8; 10 / 13 beside them, K=1024 too),
+#            the 80 / 96-wide pairs at K >= 4096 against the 112-wide ones (c2+bm64+bn112);
 #            ``choose_gemm_quads`` at M 200 / 256, N 1536-3584 against the 128-row plans
 #            (bm128: every other rule as before) and each 4x1 width; 96 / 128 wide on
 #            128-row 4x1 clusters at M 448 / 512; two seeded orders
@@ -608,7 +609,7 @@ for s in "$@"; do
     small-m-rules)  # the rules' groups first, both orders each, 512 last
       for seed in ${SMALL_M_SEEDS:-89 90}; do
         gemm_step "small_m_deep_$seed" 200 --shuffle $seed --blocks 5 \
-          --columns default,stages8,stages10,stages13 \
+          --columns default,stages8,c2+bm64+bn112,stages10,stages13 \
           --shapes "$(shapes "32 64 96 128" "2048 2880 4096 5120 7168")"
       done
       for seed in ${SMALL_M_SEEDS:-89 90}; do

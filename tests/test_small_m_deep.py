@@ -9,19 +9,23 @@ import pytest
 from launch import Hardware, Shape, Tuning, resolve
 from launch.resolve import Dtypes
 from launch.rules import (QUAD_MIN_K, QUAD_NS, ROWS64_DEEP_MIN_K, ROWS64_DEEP_STAGES,
-                          choose_gemm_quads)
+                          ROWS64_FIT_STAGES, choose_gemm_quads, choose_gemm_rows64_pairs)
 
 H100 = Hardware("sm_90a", 132, 132, 128)
 
 
-@pytest.mark.parametrize("bn", sorted(ROWS64_DEEP_STAGES))
+def test_deep_stages_fit():
+    assert all(ROWS64_DEEP_STAGES[b] <= ROWS64_FIT_STAGES[b] for b in ROWS64_DEEP_STAGES)
+
+
+@pytest.mark.parametrize("bn", sorted(ROWS64_FIT_STAGES))
 def test_stage_table_is_what_fits(bn):
     """The most stages a 64-row tile of each width holds beside a 2-slot ring: the kernel
     takes the table's count and refuses one more."""
     pytest.importorskip("cutlass")
     from launch.sm90_kernel import Sm90FusedKernel
     from launch.variant import Variant
-    deep = ROWS64_DEEP_STAGES[bn]
+    deep = ROWS64_FIT_STAGES[bn]
 
     def kernel(stages):
         return Sm90FusedKernel(Variant("sm_90a", bn, 2, "gemm", "unicast", 1, push="tma",
@@ -32,8 +36,8 @@ def test_stage_table_is_what_fits(bn):
 
 
 def test_quads_pick_the_narrowest_width_of_one_round():
-    assert choose_gemm_quads(256, 2880, 9216, 32) == 96  # 30 columns of 96; 45 of 64 do not fit
-    assert choose_gemm_quads(256, 2048, 4096, 32) == 64
+    assert choose_gemm_quads(256, 2880, 9216, 32) == 96  # 30 columns of 96
+    assert choose_gemm_quads(256, 2048, 4096, 32) == 96
     assert choose_gemm_quads(193, 4096, 4096, 32) == 128
     assert choose_gemm_quads(256, 4097, 4096, 32) is None  # 33 columns of 128
     assert choose_gemm_quads(256, 2880, 9216, 29) == 128  # fewer clusters resident
@@ -47,7 +51,7 @@ def test_quads_are_the_default_there(M, N, K):
     p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
     assert (p.bm, p.cta_group, p.rounds) == (64, 4, 1) and p.bn in QUAD_NS
     assert p.grid <= H100.quad_ctas
-    assert v.stages == ROWS64_DEEP_STAGES[p.bn]
+    assert v.stages == ROWS64_DEEP_STAGES.get(p.bn, 0)  # 128 wide: the kernel's own
 
 
 @pytest.mark.parametrize("M,N,K,mode,dtypes,tuning", [
@@ -70,21 +74,32 @@ def test_quads_fall_back_where_occupancy_is_unknown():
     assert (p.cta_group, p.bn, p.grid) == (4, 96, 120)
 
 
-@pytest.mark.parametrize("M,N,K", [(128, 2880, 4096), (128, 2880, 9216), (100, 2048, 9216),
-                                   (256, 2880, 9216)])
-def test_deep_stages_on_64_row_plans(M, N, K):
+@pytest.mark.parametrize("M,N,K,bn", [(128, 2880, 4096, 64), (128, 2880, 9216, 64),
+                                      (100, 2048, 9216, 64), (256, 2880, 9216, 96),
+                                      (128, 5120, 4096, 80), (80, 6144, 9216, 96)])
+def test_deep_stages_on_64_row_plans(M, N, K, bn):
     p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
-    assert p.bm == 64 and v.stages == ROWS64_DEEP_STAGES[p.bn]
+    assert (p.bm, p.bn) == (64, bn) and v.stages == ROWS64_DEEP_STAGES[bn]
+
+
+def test_pairs_take_80_and_96_only_where_deep():
+    assert choose_gemm_rows64_pairs(128, 5120, 66, 4096) == 80
+    assert choose_gemm_rows64_pairs(128, 6144, 66, 9216) == 96
+    assert choose_gemm_rows64_pairs(128, 5120, 66, 1024) == 112
+    assert choose_gemm_rows64_pairs(128, 7168, 66, 9216) == 112  # the grid's plans stay
+    assert choose_gemm_rows64_pairs(128, 8192, 66, 9216) == 128
 
 
 @pytest.mark.parametrize("M,N,K", [(128, 2880, ROWS64_DEEP_MIN_K - 1), (128, 2880, 1024),
-                                   (512, 2880, 9216), (1024, 7168, 4096)])
+                                   (512, 2880, 9216), (1024, 7168, 4096), (128, 7168, 9216),
+                                   (64, 7168, 9216)])
 def test_no_deep_stages_elsewhere(M, N, K):
     p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
     assert not (p.bm == 64 and v.stages in ROWS64_DEEP_STAGES.values())
 
 
-@pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (200, 2048, 4096), (128, 2880, 9216)])
+@pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (224, 3584, 9216), (128, 2880, 9216),
+                                   (128, 5120, 4096)])
 def test_their_kernels_compile(ptx_of, M, N, K):
     pytest.importorskip("cutlass")
     _, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
