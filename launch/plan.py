@@ -11,12 +11,13 @@ from dataclasses import replace
 from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH_ALL_MAX_M,
                        QUAD, TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan,
                        tile_widths, with_sk)
-from .rules import (FINE_GAIN, ONE_CTA_COST, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
+from .rules import (FINE_GAIN, ONE_CTA_COST, PAIRS96_BN, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
                     choose_gemm_dividing_widths, choose_gemm_one_round_width,
                     choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
-                    choose_gemm_pingpong, choose_gemm_quads, choose_gemm_rows64,
+                    choose_gemm_pairs96, choose_gemm_pingpong, choose_gemm_quads,
+                    choose_gemm_rows64,
                     choose_gemm_rows64_pairs,
                     choose_gemm_split,
                     choose_gemm_width,
@@ -163,6 +164,9 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
             width = choose_gemm_one_round_width(M, N, K, sm_count)
             if width and width != plan.bn:
                 plan = _cheapest_gemm(M, N, K, world, sm_count, (width,), 1, pair_ctas) or plan
+        clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
+        if choose_gemm_pairs96(plan, clusters):
+            plan = _cheapest_gemm(M, N, K, world, sm_count, (PAIRS96_BN,), 2, pair_ctas) or plan
     if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
             and choose_gemm_tail_one_cta(M, K)):

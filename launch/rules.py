@@ -622,15 +622,16 @@ def narrow_pairs_deep(plan: TilePlan) -> bool:
 # The most mainloop stages a 64-row tile of each width holds beside a 2-slot sub-tile ring
 # (``Sm90FusedKernel``'s shared-memory budget; tests/test_small_m_deep.py checks them)
 ROWS64_FIT_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
-# What ``rows64_deep`` gives the widths it was timed at (80: at 11, one short of the fit)
-ROWS64_DEEP_STAGES = {64: 13, 80: 11, 96: 10}
+# What ``rows64_deep`` gives the widths it was timed at (80: at 11, one short of the fit;
+# 128: on 4x1 clusters only)
+ROWS64_DEEP_STAGES = {64: 13, 80: 11, 96: 10, 128: 9}
 ROWS64_DEEP_MIN_K = 4096
 
 
 def rows64_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
-    ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: at a
-    plan depth K >= 4096. A 64-row tile's k-block is small (64 x 64 tiles: 16 KiB, so the
+    ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64
+    wide at any K, 80 / 96 / 128 (128: on 4x1 clusters) at a plan depth K >= 4096. A 64-row tile's k-block is small (64 x 64 tiles: 16 KiB, so the
     kernel's 8 stages keep 128 KiB in flight where a 128-row tile's keep 190), and these
     memory-bound rounds run on the loads in flight. cuBLAS runs 64-row tiles at 10-13
     stages at these shapes (docs/PERF.md (bc)).
@@ -639,9 +640,33 @@ def rows64_deep(plan: TilePlan) -> bool:
     x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +12% and +16 / +16%; 64 x 80
     pairs at 11 (``choose_gemm_rows64_pairs`` at K >= 4096) and 64 x 96 tiles on 4x1
     clusters at 10 were timed so. 112 wide at 10 (the M=128 plans at N 5120 / 7168): -0.7
-    .. +3.0%, no rule; 128 wide not timed."""
-    return (plan.mode == "gemm" and plan.bm == TILE_MS[0] and plan.K >= ROWS64_DEEP_MIN_K
-            and not plan.sk and plan.bn in ROWS64_DEEP_STAGES)
+    .. +3.0%, no rule. Off those shapes (``small-m-rules``, against 8 stages, two orders):
+    the pairs at M 96 / 128, N 2048-4096 +2..+23% at K 4096 / 9216 (every shape), and 64
+    wide at K=1024 +2.1..+6.0% (six shapes); the 4x1 clusters 128 wide (N=3584) at 9 +1..+5%.
+    2x1 clusters 128 wide (the grid's 128 x 8192) were not timed deeper."""
+    if plan.mode != "gemm" or plan.bm != TILE_MS[0] or plan.sk:
+        return False
+    if plan.bn == TILE_MS[0]:
+        return True
+    return (plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K
+            and (plan.bn != BM or plan.cta_group == 4))
+
+
+PAIRS96_BN = 96
+
+
+def choose_gemm_pairs96(plan: TilePlan, clusters: int) -> bool:
+    """Whether the plain sm90 GEMM's one round of 112-wide pairs (``narrow_pairs_deep``) at
+    four 128-row tile rows (M 385-512) runs 96 wide instead, where 96-wide pairs still fit
+    one round of ``clusters``: at 512 x 2880 cuBLAS runs 88 x 128 tiles on 132 SMs (PERF.md
+    (bc)), more SMs on w than our 112-wide pairs' 104.
+
+    One H100, same-run A/B against the default (112-wide pairs at 7 stages; docs/PERF.md
+    (bd), ``small-m-rules``, two seeded orders, five blocks): M 448 / 512, N 2560 / 2880 /
+    3072, K 4096 / 9216: +4..+10% at all 12 shapes in both (512 x 2880 x 9216 +5 / +5%,
+    448 x 2560 x 4096 +10 / +9%). At three tile rows not timed."""
+    return (narrow_pairs_deep(plan) and plan.tiles_m == 4
+            and plan.tiles_m // 2 * ceil_div(plan.N, PAIRS96_BN) <= clusters)
 
 
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,

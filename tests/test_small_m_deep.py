@@ -1,6 +1,7 @@
 """The small-M rules of PERF.md (bd): deep mainloops on the plain GEMM's 64-row tiles
-(``rows64_deep`` / ``ROWS64_DEEP_STAGES``) and 4x1 clusters of 64-row tiles at four tile
-rows (``choose_gemm_quads``). What each rule picks, where it stops, that the stage table is
+(``rows64_deep`` / ``ROWS64_DEEP_STAGES``), 80 / 96-wide 64-row pairs at K >= 4096, 4x1
+clusters of 64-row tiles at four tile rows (``choose_gemm_quads``) and 96-wide pairs at four
+128-row tile rows (``choose_gemm_pairs96``). What each rule picks, where it stops, that the stage table is
 what the kernel's shared memory holds, and that every plan they pick compiles."""
 from __future__ import annotations
 
@@ -82,6 +83,31 @@ def test_deep_stages_on_64_row_plans(M, N, K, bn):
     assert (p.bm, p.bn) == (64, bn) and v.stages == ROWS64_DEEP_STAGES[bn]
 
 
+@pytest.mark.parametrize("K", [1024, 2048, 4096])
+def test_64_wide_pairs_run_deep_at_any_k(K):
+    p, v = resolve(Shape(128, 2880, K, "gemm"), H100, 2, "unicast")
+    assert (p.bm, p.bn, p.cta_group, v.stages) == (64, 64, 2, ROWS64_DEEP_STAGES[64])
+
+
+def test_quads_128_wide_run_deep_but_pairs_128_wide_do_not():
+    _, quad = resolve(Shape(256, 3584, 9216, "gemm"), H100, 2, "unicast")
+    _, pair = resolve(Shape(128, 8192, 9216, "gemm"), H100, 2, "unicast")
+    assert (quad.bn, quad.cta_group, quad.stages) == (128, 4, ROWS64_DEEP_STAGES[128])
+    assert (pair.bn, pair.cta_group, pair.stages) == (128, 2, 0)
+
+
+@pytest.mark.parametrize("M,N,K,bn", [(512, 2880, 9216, 96), (448, 2560, 4096, 96),
+                                      (512, 3072, 4096, 96), (512, 3584, 4096, 112),
+                                      (384, 2880, 9216, 112), (512, 2880, 1024, 112)])
+def test_four_tile_rows_pair_96_wide_where_one_round_fits(M, N, K, bn):
+    """``choose_gemm_pairs96``: the 112-wide pairs at four 128-row tile rows and K >= 4096
+    become 96-wide pairs (the kernel's own 7 stages) where those fit one round."""
+    p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert (p.bm, p.bn, p.rounds) == (128, bn, 1)
+    if bn == 96:
+        assert (p.cta_group, v.stages) == (2, 0)
+
+
 def test_pairs_take_80_and_96_only_where_deep():
     assert choose_gemm_rows64_pairs(128, 5120, 66, 4096) == 80
     assert choose_gemm_rows64_pairs(128, 6144, 66, 9216) == 96
@@ -90,9 +116,9 @@ def test_pairs_take_80_and_96_only_where_deep():
     assert choose_gemm_rows64_pairs(128, 8192, 66, 9216) == 128
 
 
-@pytest.mark.parametrize("M,N,K", [(128, 2880, ROWS64_DEEP_MIN_K - 1), (128, 2880, 1024),
+@pytest.mark.parametrize("M,N,K", [(128, 5120, ROWS64_DEEP_MIN_K - 1), (128, 7168, 1024),
                                    (512, 2880, 9216), (1024, 7168, 4096), (128, 7168, 9216),
-                                   (64, 7168, 9216)])
+                                   (64, 7168, 9216), (128, 8192, 9216)])
 def test_no_deep_stages_elsewhere(M, N, K):
     p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
     assert not (p.bm == 64 and v.stages in ROWS64_DEEP_STAGES.values())

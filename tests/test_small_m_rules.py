@@ -603,8 +603,10 @@ def test_gemm_pingpong_at_long_k(M, N, K, want):
     (256, 7168, 4096, 7), (256, 7168, 9216, 7), (200, 7168, 4096, 7),
     # K=1024 tied; 64-row pairs at M=128; 128-wide pairs have no room; 224-wide plans
     (256, 7168, 1024, 0), (128, 7168, 4096, 0), (256, 8192, 4096, 0), (512, 7168, 4096, 4),
-    # three and four tile rows (docs/PERF.md (bb)); five rows take a 1-CTA plan
-    (512, 2880, 4096, 7), (384, 2880, 9216, 7), (320, 3072, 9216, 7), (640, 2880, 4096, 0)])
+    # three and four tile rows (docs/PERF.md (bb)); five rows take a 1-CTA plan; four rows
+    # where 96-wide pairs fit one round take those (choose_gemm_pairs96, (bd))
+    (512, 3584, 4096, 7), (384, 2880, 9216, 7), (320, 3072, 9216, 7), (640, 2880, 4096, 0),
+    (512, 2880, 4096, 0)])
 def test_narrow_pairs_take_seven_stages(M, N, K, want):
     """``default_stages`` gives the one round of 112-wide pairs at 2-4 tile rows and K >= 4096
     7 mainloop stages (``narrow_pairs_deep``), which the kernel fits beside a 3-slot ring;

@@ -55,6 +55,21 @@ def test_gemm_only_small_m_forms(comm, M, K, N, bn, cta_group, deep):
         check_gemm_only_bitwise(small, rows128, x, w)
 
 
+@pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (200, 2048, 4096), (240, 3584, 4096),
+                                   (128, 5120, 4096), (100, 6144, 9216), (128, 2880, 1024),
+                                   (512, 2880, 9216), (448, 2560, 4096)])
+def test_default_small_m_rules(comm, M, N, K):
+    """PERF.md (bd)'s defaults: 4x1 clusters of 64-row tiles (``choose_gemm_quads``), 80 /
+    96-wide 64-row pairs and deep stages (``rows64_deep``), 96-wide pairs at four tile rows
+    (``choose_gemm_pairs96``), bitwise against 1-CTA tiles of the same rows and width."""
+    op = get_op(comm, N, False)
+    p = op.plan(M, K, mode="gemm")
+    assert p.cta_group in (2, 4) and p.bn in (64, 80, 96, 128), p
+    x, w = rank_inputs(M * 19 + K + N, op.rank, M, N, K, _dev())
+    with knobs(op, bm=p.bm, bn=p.bn, cta_group=1) as single:
+        check_gemm_only_bitwise(op, single, x, w)
+
+
 @pytest.mark.parametrize("bm,bn,stages", [(64, 64, 13), (64, 96, 10), (64, 128, 0),
                                           (128, 128, 0), (128, 96, 0)])
 @pytest.mark.parametrize("N", [2880, 5120, 1000])
@@ -96,11 +111,12 @@ def test_gemm_only_rows64_pairs(comm, M, K, N, bn):
 @pytest.mark.parametrize("M,K", [(65, 1024), (80, 4096), (100, 9216), (128, 1024), (128, 4096)])
 def test_default_rule_rows64_pairs(comm, M, K, N):
     """``choose_gemm_rows64_pairs``: what the GEMM alone runs by default at 64 < M <= 128
-    (64-row tiles on 2x1 clusters along M, 64 / 112 / 128 wide; x's box on a last tile row
+    (64-row tiles on 2x1 clusters along M, 64 / 112 / 128 wide, 80 / 96 at K >= 4096, deep
+    stages by ``rows64_deep``; x's box on a last tile row
     of 1-32 rows), bitwise against the 1-CTA 64-row tiles of its width."""
     op = get_op(comm, N, False)
     p = op.plan(M, K, mode="gemm")
-    assert (p.bm, p.cta_group) == (64, 2) and p.bn in (64, 112, 128), p
+    assert (p.bm, p.cta_group) == (64, 2) and p.bn in (64, 80, 96, 112, 128), p
     x, w = rank_inputs(M * 19 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, bm=64, bn=p.bn, cta_group=1) as single:
         check_gemm_only_bitwise(op, single, x, w)
