@@ -133,14 +133,14 @@ MODES = ("rs", "ar", "gemm")
 # measured them to end a partial last wave), sm100 ``SM100_NS``. Workspaces are sized for
 # every one of them.
 TILE_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 256)
-# Widths only the plain sm90 GEMM takes, and only forced: cuBLAS's at small M off the grid
-# (PERF.md (bc): 64 x 80 / 96 tiles at N 2880 / 5120), not yet timed in our kernels; the
+# Widths only the plain sm90 GEMM takes: cuBLAS's at small M off the grid (PERF.md (bc):
+# 64 x 80 / 96 tiles at N 2880 / 5120), on 64-row tiles by the small-M rules of (bd); the
 # fused op refuses them (no fused suite has run them)
 GEMM_ONLY_NS = (80, 96)
 # CTAs per cluster along M: 1-CTA tiles, 2x1 clusters (pairs), and 4x1 clusters whose four
 # CTAs share w's tile, each loading a quarter (cuBLAS's four tile rows at M <= 256 off the
-# grid, PERF.md (bc)); 4: the plain sm90 GEMM only, forced only, BN a multiple of 32 (a
-# quarter of w's tile in whole 8-row swizzle atoms)
+# grid, PERF.md (bc)); 4: the plain sm90 GEMM only (``choose_gemm_quads``, or forced), BN a
+# multiple of 32 (a quarter of w's tile in whole 8-row swizzle atoms)
 CTA_GROUPS = (1, 2, 4)
 QUAD = 4
 # Widths 16 past a multiple of 32 (issue "fill every SM"): their tiles go to the

@@ -15,7 +15,9 @@ shapes it moved.
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
-| ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 filling one round | (aq) |
+| ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 (at K >= 4096 64 / 80 / 96 / 112 / 128) filling one round | (aq), (bd) |
+| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 4096 | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd) |
+| ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
 | ``choose_push_all`` | AR, world 2, unicast, M <= 128 or M <= 256 with K >= 4096 | push-all plan | (i) |
@@ -33,7 +35,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs | (s), (t), (ao), (ap), (at), (bb) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, or 80 / 96 (128 on 4x1 clusters) at K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``) | (s), (t), (ao), (ap), (at), (bb), (bd) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -456,8 +458,12 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     One H100, same-run A/B against the default (docs/PERF.md (bd), two seeded orders, five
     blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x -> 0.98x
     cuBLAS), 128 wide +7 / +13%; 96 wide on 2x1 clusters +7..+11% there. At 256 x 5120 /
-    7168 (two rounds of them) they lost, as did 64 wide at 256 x 2880 (two rounds); 64 wide
-    in one round (N <= 2048) was not timed."""
+    7168 (two rounds of them) they lost, as did 64 wide at 256 x 2880 (two rounds). Off those
+    shapes (``small-m-rules``: M 200 / 256, N 1536-3584, K 4096 / 9216, against the 128-row
+    plans, two orders): +5..+92% at all 24 (200 x 2880 x 9216 0.52 -> 1.0 of the time); 64
+    wide in one round (N <= 2048) lost to 96 there by 0-35%, and at N=3072 128 wide would
+    gain 2-4% over the 96 taken. K=1024 gained at M=200 (+3..+19%) and was mixed at 256: no
+    rule there yet."""
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or K < QUAD_MIN_K:
         return None
     return next((b for b in QUAD_NS if ceil_div(N, b) <= clusters), None)
@@ -677,7 +683,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     half its depth); 5 where that GEMM runs ping-pong warp groups (``pingpong``) on 2x1
     clusters 176 or 192 wide at K <= 1024 or K >= 4096 (``choose_gemm_pingpong``'s plans;
     at K >= 4096 the rule's gains were timed at 5, docs/PERF.md (at)); 7 on its one round of
-    112-wide pairs at two to four tile rows and K >= 4096 (``narrow_pairs_deep``); else 0 (the
+    112-wide pairs at two to four tile rows and K >= 4096 (``narrow_pairs_deep``);
+    ``ROWS64_DEEP_STAGES`` on its 64-row plans (``rows64_deep``, docs/PERF.md (bd)); else 0 (the
     kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 / 256
     wide, 6 at 112 / 128; 4 for ping-pong).
 
