@@ -521,9 +521,10 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
     if cta_group not in CTA_GROUPS:
         raise ValueError(f"cta_group must be one of {CTA_GROUPS}, got {cta_group}")
     if cta_group == QUAD and (mode != "gemm" or pair_n or arch in BLACKWELL or bn % (8 * QUAD)):
+        along_n = " pairing along N" if pair_n else ""
         raise ValueError(f"4x1 clusters are sm90 plain-GEMM (gemm_only) plans along M whose "
                          f"w tile splits into quarters of whole 8-row atoms (BN a multiple of "
-                         f"32); got {mode} BN={bn} on {arch}{' pairing along N' if pair_n else ''}")
+                         f"32); got {mode} BN={bn} on {arch}{along_n}")
     if cta_group >= 2:
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")

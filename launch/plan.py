@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .geometry import (BLACKWELL, BM, FINE_NS, MAX_BAND, MODES, PARTIAL_NS, PUSH_ALL_MAX_M,
-                       QUAD, TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan, tile_plan,
-                       tile_widths, with_sk)
-from .rules import (FINE_GAIN, ONE_CTA_COST, PAIRS96_BN, PINGPONG_NS, ROWS64_BN, SPLIT_ROW_GAIN,
+                       QUAD, TILE_MS, TilePlan, ceil_div, pairs_whole, split_row_plan,
+                       tile_plan, tile_widths, with_sk)
+from .rules import (FINE_GAIN, ONE_CTA_COST, PAIRS96_BN, PINGPONG_NS, ROWS64_BN,
+                    SPLIT_ROW_GAIN,
                     choose_band, choose_flat, choose_fused_cluster, choose_gemm_cluster,
                     choose_gemm_dividing_widths, choose_gemm_one_round_width,
                     choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
                     choose_gemm_pairs96, choose_gemm_pingpong, choose_gemm_quads,
-                    choose_gemm_rows64,
-                    choose_gemm_rows64_pairs,
+                    choose_gemm_rows64, choose_gemm_rows64_pairs,
                     choose_gemm_split,
                     choose_gemm_width,
                     choose_push_all, choose_sk, choose_sm100, choose_small_m, lane_cost)
@@ -85,7 +85,8 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         elif quad_bn:
             bm, bn, cta_group, pair_ctas = TILE_MS[0], quad_bn, QUAD, quad_ctas
     if bm not in (None, BM):
-        if mode != "gemm" or arch in BLACKWELL or pair_n or (cta_group not in (None, 1) and sk):
+        if (mode != "gemm" or arch in BLACKWELL or pair_n
+                or (cta_group not in (None, 1) and sk)):
             raise ValueError("64-row tiles run the plain sm90 GEMM (gemm_only) on 1-CTA tiles "
                              "or clusters along M (without the split-K tail)")
         g = cta_group or 1

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS, TilePlan,
-                       ceil_div, plan_depth)
+from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS,
+                       TilePlan, ceil_div, plan_depth)
 from .plan import make_plan, push_plan
 from .rules import (auto_push_all, choose_gemm_l2_hint, choose_x_box, default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,

@@ -44,7 +44,7 @@ shapes it moved.
 """
 from __future__ import annotations
 
-from .geometry import BM, TILE_MS, TilePlan, ceil_div
+from .geometry import BM, QUAD, TILE_MS, TilePlan, ceil_div
 
 # Tile rows a band spans by default (docs/PERF.md (d)); the schedule word holds up to 255 units
 BAND_TILE_ROWS = 16
@@ -441,19 +441,21 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
-# four ways in whole 8-row atoms
+# four ways in whole 8-row atoms; and the shortest K they were timed at
 QUAD_NS = (96, 128)
+QUAD_MIN_K = 4096
 
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
     clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
     (M 193-256) and K >= 4096, the narrowest of ``QUAD_NS`` whose tile columns fit one round
-    of ``clusters`` 4x1 clusters (96 wide to N=3072 on an H100's 32). The four CTAs of a tile column share w's tile (each loads a
-    quarter for all four), so w, the operand these memory-bound shapes stream, leaves L2
-    once per column instead of once per tile row, and 64-row tiles put four SMs on it where
-    a 128-row tile put two. cuBLAS's form at 256 x 2880 (``nvjet ... 96x64 ... 2x4``: 64 x
-    96 tiles on clusters of four along M, docs/PERF.md (bc)).
+    of ``clusters`` 4x1 clusters (96 wide to N=3072 on an H100's 32). The four CTAs of a
+    tile column share w's tile (each loads a quarter for all four), so w, the operand these
+    memory-bound shapes stream, leaves L2 once per column instead of once per tile row, and
+    64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x
+    2880 (``nvjet ... 96x64 ... 2x4``: 64 x 96 tiles on clusters of four along M,
+    docs/PERF.md (bc)).
 
     One H100, same-run A/B against the default (docs/PERF.md (bd), two seeded orders, five
     blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x -> 0.98x
@@ -467,9 +469,6 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or K < QUAD_MIN_K:
         return None
     return next((b for b in QUAD_NS if ceil_div(N, b) <= clusters), None)
-
-
-QUAD_MIN_K = 4096
 
 
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
@@ -632,14 +631,16 @@ ROWS64_FIT_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
 # 128: on 4x1 clusters only)
 ROWS64_DEEP_STAGES = {64: 13, 80: 11, 96: 10, 128: 9}
 ROWS64_DEEP_MIN_K = 4096
+ROWS64_DEEP_ANY_K = (64,)  # the widths timed deep at K=1024 too
 
 
 def rows64_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
     ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64
-    wide at any K, 80 / 96 / 128 (128: on 4x1 clusters) at a plan depth K >= 4096. A 64-row tile's k-block is small (64 x 64 tiles: 16 KiB, so the
-    kernel's 8 stages keep 128 KiB in flight where a 128-row tile's keep 190), and these
-    memory-bound rounds run on the loads in flight. cuBLAS runs 64-row tiles at 10-13
+    wide at any K, 80 / 96 / 128 (128: on 4x1 clusters) at a plan depth K >= 4096. A 64-row
+    tile's k-block is small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in
+    flight where a 128-row tile's keep 190), and these memory-bound rounds run on the loads
+    in flight. cuBLAS runs 64-row tiles at 10-13
     stages at these shapes (docs/PERF.md (bc)).
 
     One H100, same-run A/B (docs/PERF.md (bd), two seeded orders, five blocks): 128 x 2880
@@ -647,15 +648,15 @@ def rows64_deep(plan: TilePlan) -> bool:
     pairs at 11 (``choose_gemm_rows64_pairs`` at K >= 4096) and 64 x 96 tiles on 4x1
     clusters at 10 were timed so. 112 wide at 10 (the M=128 plans at N 5120 / 7168): -0.7
     .. +3.0%, no rule. Off those shapes (``small-m-rules``, against 8 stages, two orders):
-    the pairs at M 96 / 128, N 2048-4096 +2..+23% at K 4096 / 9216 (every shape), and 64
+    the pairs at M 96 / 128, N 2048-4096 +7..+22% at K 4096 / 9216 (every shape), and 64
     wide at K=1024 +2.1..+6.0% (six shapes); the 4x1 clusters 128 wide (N=3584) at 9 +1..+5%.
     2x1 clusters 128 wide (the grid's 128 x 8192) were not timed deeper."""
     if plan.mode != "gemm" or plan.bm != TILE_MS[0] or plan.sk:
         return False
-    if plan.bn == TILE_MS[0]:
+    if plan.bn in ROWS64_DEEP_ANY_K:
         return True
     return (plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K
-            and (plan.bn != BM or plan.cta_group == 4))
+            and (plan.bn != 128 or plan.cta_group == QUAD))
 
 
 PAIRS96_BN = 96
@@ -684,7 +685,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     clusters 176 or 192 wide at K <= 1024 or K >= 4096 (``choose_gemm_pingpong``'s plans;
     at K >= 4096 the rule's gains were timed at 5, docs/PERF.md (at)); 7 on its one round of
     112-wide pairs at two to four tile rows and K >= 4096 (``narrow_pairs_deep``);
-    ``ROWS64_DEEP_STAGES`` on its 64-row plans (``rows64_deep``, docs/PERF.md (bd)); else 0 (the
+    ``ROWS64_DEEP_STAGES`` on its 64-row plans (``rows64_deep``, docs/PERF.md (bd)); else 0
+    (the
     kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 / 256
     wide, 6 at 112 / 128; 4 for ping-pong).
 

@@ -1,8 +1,9 @@
 """The small-M rules of PERF.md (bd): deep mainloops on the plain GEMM's 64-row tiles
 (``rows64_deep`` / ``ROWS64_DEEP_STAGES``), 80 / 96-wide 64-row pairs at K >= 4096, 4x1
 clusters of 64-row tiles at four tile rows (``choose_gemm_quads``) and 96-wide pairs at four
-128-row tile rows (``choose_gemm_pairs96``). What each rule picks, where it stops, that the stage table is
-what the kernel's shared memory holds, and that every plan they pick compiles."""
+128-row tile rows (``choose_gemm_pairs96``). What each rule picks, where it stops, that the
+stage table is what the kernel's shared memory holds, and that every plan they pick
+compiles."""
 from __future__ import annotations
 
 import pytest

@@ -2,7 +2,8 @@
 bitwise against 128-row tiles of the same width (each output element sums K in the same
 order), with partial tile rows and columns, the TMA and thread stores, 2x1 clusters along M
 (a pair of 64-row tiles sharing w's tile), the split-K tail and fp16, cuBLAS's small-M
-forms (widths 80 / 96, 10-13 stages; 4x1 clusters along M); refused on the fused op before any launch, the op still usable after.
+forms (widths 80 / 96, 10-13 stages; 4x1 clusters along M) and the small-M defaults of
+PERF.md (bd); refused on the fused op before any launch, the op still usable after.
 
 mpirun -n 2 python -m pytest -q tests/gpu/test_rows64_gpu.py
 """
