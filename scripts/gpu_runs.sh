@@ -191,6 +191,10 @@
 #            ``choose_gemm_quads`` at M 200 / 256, N 1536-3584 against the 128-row plans
 #            (bm128: every other rule as before) and each 4x1 width; 96 / 128 wide on
 #            128-row 4x1 clusters at M 448 / 512; two seeded orders
+#   small-m-next  (1 GPU) what (bd) left below 0.97x at small M: 4x1 clusters and deep
+#            64-row pairs at M 160-256 and K 1024 / 2048 (M=200 +3..+19% in (bd), mixed at
+#            256), and cuBLAS-like forms at M 192-320, N 4608-6144 (256 x 5120 0.90-0.92x);
+#            two seeded orders
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -226,7 +230,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -621,6 +625,17 @@ for s in "$@"; do
         gemm_step "small_m_quads512_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c4+bn96,c4+bn96+stages7,c2+bn96,c4+bn128 \
           --shapes "$(shapes "448 512" "2560 2880 3072" "4096 9216")"
+      done ;;
+    small-m-next)  # what (bd) left below 0.97x at small M
+      for seed in ${SMALL_M_SEEDS:-91 92}; do
+        gemm_step "small_m_short_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c4+bm64+bn64+stages13,c4+bm64+bn96+stages10,c4+bm64+bn128+stages9,c2+bm64+bn96+stages10,c2+bm64+bn64+stages13 \
+          --shapes "$(shapes "160 200 224 256" "1536 2048 2880 3584" "1024 2048")"
+      done
+      for seed in ${SMALL_M_SEEDS:-91 92}; do
+        gemm_step "small_m_5120_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn96,c2+bn80+stages8,pn+bn80+stages8,c4+bm64+bn128+stages9,c2+bm64+bn80+stages11,c2+bm64+bn96+stages10 \
+          --shapes "$(shapes "192 256 320" "4608 5120 6144")"
       done ;;
     tma-desc)
       step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \
