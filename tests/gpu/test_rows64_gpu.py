@@ -65,7 +65,7 @@ def test_default_small_m_rules(comm, M, N, K):
     (``choose_gemm_pairs96``), bitwise against 1-CTA tiles of the same rows and width."""
     op = get_op(comm, N, False)
     p = op.plan(M, K, mode="gemm")
-    assert p.cta_group in (2, 4) and p.bn in (64, 80, 96, 128), p
+    assert p.cta_group in (2, 4), p  # widths depend on the clusters the GPU holds
     x, w = rank_inputs(M * 19 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, bm=p.bm, bn=p.bn, cta_group=1) as single:
         check_gemm_only_bitwise(op, single, x, w)
