@@ -16,7 +16,7 @@ shapes it moved.
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 (at K >= 4096 64 / 80 / 96 / 112 / 128) filling one round | (aq), (bd) |
-| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 4096 | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd) |
+| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 4096 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round with a cluster to spare | (bd) |
 | ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -35,7 +35,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, or 80 / 96 (128 on 4x1 clusters) at K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``) | (s), (t), (ao), (ap), (at), (bb), (bd) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide and on 4x1 clusters, 80 / 96 pairs at K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``) | (s), (t), (ao), (ap), (at), (bb), (bd) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -441,16 +441,18 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
-# four ways in whole 8-row atoms; and the shortest K they were timed at
+# four ways in whole 8-row atoms; at K <= ``QUAD_SHORT_K`` only 96 (the width timed there)
 QUAD_NS = (96, 128)
 QUAD_MIN_K = 4096
+QUAD_SHORT_K = 1024
 
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
     clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
     (M 193-256) and K >= 4096, the narrowest of ``QUAD_NS`` whose tile columns fit one round
-    of ``clusters`` 4x1 clusters (96 wide to N=3072 on an H100's 32). The four CTAs of a
+    of ``clusters`` 4x1 clusters with one to spare (96 wide to N=2976 on an H100's 32; 128
+    beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
     tile column share w's tile (each loads a quarter for all four), so w, the operand these
     memory-bound shapes stream, leaves L2 once per column instead of once per tile row, and
     64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x
@@ -463,12 +465,16 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     7168 (two rounds of them) they lost, as did 64 wide at 256 x 2880 (two rounds). Off those
     shapes (``small-m-rules``: M 200 / 256, N 1536-3584, K 4096 / 9216, against the 128-row
     plans, two orders): +5..+92% at all 24 (200 x 2880 x 9216 0.52 -> 1.0 of the time); 64
-    wide in one round (N <= 2048) lost to 96 there by 0-35%, and at N=3072 128 wide would
-    gain 2-4% over the 96 taken. K=1024 gained at M=200 (+3..+19%) and was mixed at 256: no
-    rule there yet."""
-    if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or K < QUAD_MIN_K:
+    wide in one round (N <= 2048) lost to 96 there by 0-35%. Where 96-wide columns fill every
+    cluster (N=3072: 32 of 32) 128 wide was +2..+4% faster in both orders (the spare cluster
+    is that measurement, its cause not known). At K=1024, 96 wide at 10 stages against the
+    default (1-CTA 128-row 64-wide tiles): N 1536-2880 +11..+19% at M=200, +1..+8% at
+    M=256 (all 8 shapes, both orders), N=3072 -3..-13%, N=3584 -1..+19% (128 wide); K 1025
+    -4095 not timed."""
+    if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0]:
         return None
-    return next((b for b in QUAD_NS if ceil_div(N, b) <= clusters), None)
+    widths = QUAD_NS if K >= QUAD_MIN_K else QUAD_NS[:1] if K <= QUAD_SHORT_K else ()
+    return next((b for b in widths if ceil_div(N, b) < clusters), None)
 
 
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
@@ -637,7 +643,7 @@ ROWS64_DEEP_ANY_K = (64,)  # the widths timed deep at K=1024 too
 def rows64_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
     ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64
-    wide at any K, 80 / 96 / 128 (128: on 4x1 clusters) at a plan depth K >= 4096. A 64-row
+    wide and 4x1 clusters at any K, 80 / 96 at a plan depth K >= 4096. A 64-row
     tile's k-block is small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in
     flight where a 128-row tile's keep 190), and these memory-bound rounds run on the loads
     in flight. cuBLAS runs 64-row tiles at 10-13
@@ -653,7 +659,7 @@ def rows64_deep(plan: TilePlan) -> bool:
     2x1 clusters 128 wide (the grid's 128 x 8192) were not timed deeper."""
     if plan.mode != "gemm" or plan.bm != TILE_MS[0] or plan.sk:
         return False
-    if plan.bn in ROWS64_DEEP_ANY_K:
+    if plan.bn in ROWS64_DEEP_ANY_K or (plan.cta_group == QUAD and plan.bn in ROWS64_DEEP_STAGES):
         return True
     return (plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K
             and (plan.bn != 128 or plan.cta_group == QUAD))

@@ -36,11 +36,12 @@ def test_gemm_takes_a_dividing_width(M, N, K, bn, cta_group):
         assert _plan(M, N, K, mode)[0].bn in (*tile_widths(N), 64)
 
 
-@pytest.mark.parametrize("M,N,want", [(256, 2880, 64), (192, 4096, 64), (256, 2048, 64),
+@pytest.mark.parametrize("M,N,want", [(256, 3584, 64), (192, 4096, 64), (160, 2048, 64),
                                       (256, 5120, 112), (256, 7168, 112), (384, 2880, 112)])
 def test_two_tile_rows_at_short_k_run_64_wide(M, N, want):
     """Where both rows of 64-wide tiles fit one round (N <= 4224); at N=5120 they would not,
-    and from three tile rows the other rules decide."""
+    and from three tile rows the other rules decide. (At M 193-256 and N <= 2976 the 4x1
+    clusters go first: ``choose_gemm_quads``, tests/test_small_m_deep.py.)"""
     p, _ = _plan(M, N, 1024)
     assert p.bn == want
     if want == 64:

@@ -37,14 +37,23 @@ def test_stage_table_is_what_fits(bn):
         kernel(deep + 1)
 
 
-def test_quads_pick_the_narrowest_width_of_one_round():
+def test_quads_pick_the_narrowest_width_of_one_round_with_a_cluster_to_spare():
     assert choose_gemm_quads(256, 2880, 9216, 32) == 96  # 30 columns of 96
     assert choose_gemm_quads(256, 2048, 4096, 32) == 96
-    assert choose_gemm_quads(193, 4096, 4096, 32) == 128
-    assert choose_gemm_quads(256, 4097, 4096, 32) is None  # 33 columns of 128
-    assert choose_gemm_quads(256, 2880, 9216, 29) == 128  # fewer clusters resident
-    for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (64, 9216)):
+    assert choose_gemm_quads(256, 3072, 4096, 32) == 128  # 32 of 96 would fill every one
+    assert choose_gemm_quads(193, 3968, 4096, 32) == 128
+    assert choose_gemm_quads(256, 3969, 4096, 32) is None  # 32 columns of 128
+    assert choose_gemm_quads(256, 2880, 9216, 30) == 128  # fewer clusters resident
+    for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (256, 2048), (64, 9216)):
         assert choose_gemm_quads(M, 2880, K, 32) is None
+
+
+def test_quads_at_short_k_take_96_only():
+    assert choose_gemm_quads(256, 2880, 1024, 32) == 96
+    assert choose_gemm_quads(200, 1536, 512, 32) == 96
+    assert choose_gemm_quads(256, 3072, 1024, 32) is None  # no 128 there (it lost at 256)
+    p, v = resolve(Shape(256, 2880, 1024, "gemm"), H100, 2, "unicast")
+    assert (p.bm, p.bn, p.cta_group, v.stages) == (64, 96, 4, ROWS64_DEEP_STAGES[96])
 
 
 @pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (256, 2880, 4096), (200, 2048, 4096),
@@ -62,7 +71,8 @@ def test_quads_are_the_default_there(M, N, K):
     (256, 2880, 9216, "gemm", Dtypes("bf16", "e4m3"), Tuning()),
     (256, 2880, 9216, "gemm", Dtypes(), Tuning(bn=128)),     # anything forced: no rule
     (256, 2880, 9216, "gemm", Dtypes(), Tuning(cta_group=2)),
-    (256, 2880, 1024, "gemm", Dtypes(), Tuning()),           # short K: not measured
+    (256, 2880, 2048, "gemm", Dtypes(), Tuning()),           # K 1025-4095: not timed
+    (256, 3072, 1024, "gemm", Dtypes(), Tuning()),           # 96 fills every cluster
     (256, 7168, 9216, "gemm", Dtypes(), Tuning()),           # two rounds: none fits
 ])
 def test_quads_not_taken(M, N, K, mode, dtypes, tuning):

@@ -464,8 +464,8 @@ def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
         assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))[0].cta_group == 1
         assert resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast",
                        tuning=Tuning(cta_group=1))[0].cta_group == 1
-    elif K <= 1024 and M > 128:
-        assert plan.cta_group == 1
+    elif K <= 1024 and M > 128:  # 1-CTA tiles, or 4x1 clusters (choose_gemm_quads)
+        assert plan.cta_group == 1 or (plan.cta_group, plan.bm, plan.bn) == (4, 64, 96)
     elif K <= 1024:  # one tile row: 64-row tiles paired (choose_gemm_rows64_pairs)
         assert (plan.bm, plan.cta_group) == (64, 2)
     for mode in ("rs", "ar"):
@@ -490,7 +490,7 @@ def test_gemm_tail_row_one_cta(M, N, K):
     moved = unboxed.cta_group == 2 and choose_gemm_tail_one_cta(M, K)
     assert choose_gemm_tail_one_cta(M, K) is (M <= 192 and K <= 1024)
     if plan.cta_group == 4:  # choose_gemm_quads (tests/test_small_m_deep.py) goes first
-        assert M > 192 and K >= 4096 and plan.bm == 64
+        assert M > 192 and K != 2048 and plan.bm == 64
         return
     if moved:
         assert plan == one_cta

@@ -58,7 +58,7 @@ def test_gemm_only_small_m_forms(comm, M, K, N, bn, cta_group, deep):
 
 @pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (200, 2048, 4096), (240, 3584, 4096),
                                    (128, 5120, 4096), (100, 6144, 9216), (128, 2880, 1024),
-                                   (512, 2880, 9216), (448, 2560, 4096)])
+                                   (512, 2880, 9216), (448, 2560, 4096), (256, 2880, 1024)])
 def test_default_small_m_rules(comm, M, N, K):
     """PERF.md (bd)'s defaults: 4x1 clusters of 64-row tiles (``choose_gemm_quads``), 80 /
     96-wide 64-row pairs and deep stages (``rows64_deep``), 96-wide pairs at four tile rows
