@@ -76,14 +76,14 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
         bm, bn = TILE_MS[0], ROWS64_BN
     elif mode == "gemm" and bm is None and not sk and _sm90_unforced(arch, bn, cta_group, lag,
                                                                     pair_n):
-        clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
-        pair_bn = choose_gemm_rows64_pairs(M, N, clusters, K)
-        quads = (sm_count if quad_ctas is None else min(sm_count, quad_ctas)) // QUAD
-        quad_bn = None if pair_bn else choose_gemm_quads(M, N, K, quads)
+        pair_bn = choose_gemm_rows64_pairs(M, N, _clusters(sm_count, pair_ctas, 2), K)
+        quad_bn = choose_gemm_quads(M, N, K, _clusters(sm_count, quad_ctas, QUAD))
         if pair_bn:
             bm, bn, cta_group = TILE_MS[0], pair_bn, 2
         elif quad_bn:
-            bm, bn, cta_group, pair_ctas = TILE_MS[0], quad_bn, QUAD, quad_ctas
+            bm, bn, cta_group = TILE_MS[0], quad_bn, QUAD
+    if cta_group == QUAD:
+        pair_ctas = quad_ctas  # the plan's clusters are 4x1: their occupancy bounds the grid
     if bm not in (None, BM):
         if (mode != "gemm" or arch in BLACKWELL or pair_n
                 or (cta_group not in (None, 1) and sk)):
@@ -165,8 +165,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
             width = choose_gemm_one_round_width(M, N, K, sm_count)
             if width and width != plan.bn:
                 plan = _cheapest_gemm(M, N, K, world, sm_count, (width,), 1, pair_ctas) or plan
-        clusters = (sm_count if pair_ctas is None else min(sm_count, pair_ctas)) // 2
-        if choose_gemm_pairs96(plan, clusters):
+        if choose_gemm_pairs96(plan, _clusters(sm_count, pair_ctas, 2)):
             plan = _cheapest_gemm(M, N, K, world, sm_count, (PAIRS96_BN,), 2, pair_ctas) or plan
     if (mode == "gemm" and fine and x_box and plan.cta_group == 2 and not sk
             and _sm90_unforced(arch, bn, cta_group, lag, pair_n)
@@ -248,6 +247,12 @@ def push_plan(M: int, N: int, K: int, world: int, sm_count: int, push_ctas: int,
     plan = make_plan(M, N, K, world, sm_count - push_ctas, "rs", bn=bn, pair_ctas=pair_ctas,
                      band=band, flat=True, sk=False, split_row=False)
     return replace(plan, grid=plan.grid + push_ctas, push_ctas=push_ctas)
+
+
+def _clusters(sm_count: int, ctas: int | None, size: int) -> int:
+    """Clusters of ``size`` resident at once, where ``ctas`` CTAs can be resident as such
+    clusters (None: every SM)."""
+    return (sm_count if ctas is None else min(sm_count, ctas)) // size
 
 
 def _sm90_unforced(arch: str, bn: int | None, cta_group: int | None, lag: int | None,

@@ -27,7 +27,8 @@ from .rules import (auto_push_all, choose_gemm_l2_hint, choose_x_box, default_ea
                     default_lean_exit, default_prefetch, default_push, default_push_window,
                     default_stages, default_tma_store)
 from .tuning import Tuning
-from .variant import Variant, has_x_box, pingpong_refusal, push_for
+from .variant import (QUAD_CLASHES, Variant, has_x_box, pingpong_refusal, push_for,
+                      quad_refusal)
 
 SM90 = "sm_90a"
 # Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'
@@ -173,27 +174,10 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
     if t.cta_group == QUAD:
-        why = quad_refusal(shape.mode, hw.arch, t, dtypes.operands)
+        why = quad_refusal(shape.mode, hw.arch, t.bn, dtypes.operands,
+                           [f"Tuning.{k}" for k in QUAD_CLASHES if getattr(t, k)])
         if why:
             raise RsarValueError(f"Tuning.cta_group=4: {why}")
-
-
-def quad_refusal(mode: str, arch: str, t: Tuning, operands: str = "") -> str:
-    """Why a call cannot run on 4x1 clusters (``cta_group`` 4), or "": they are the plain
-    sm90 GEMM of bf16 / fp16 operands along M, w's tile split four ways in whole 8-row atoms,
-    without the split-K tail, ping-pong or pairs along N (nothing measured or checked
-    them together)."""
-    if mode != "gemm" or arch != SM90:
-        return (f"4x1 clusters run the plain sm90 GEMM (gemm_only) only; this call is {mode} "
-                f"on {arch}")
-    if operands:
-        return "4x1 clusters run bf16 / fp16 operands"
-    if t.bn is not None and t.bn % (8 * QUAD):
-        return f"Tuning.bn={t.bn}: w's tile splits four ways on widths that are multiples of 32"
-    clash = [k for k in ("sk", "pingpong", "pair_n") if getattr(t, k)]
-    if clash:
-        return f"not with {', '.join(f'Tuning.{k}' for k in clash)}"
-    return ""
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
@@ -236,10 +220,9 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
     M, N, mode, arch = shape.M, shape.N, shape.mode, hw.arch
     K = plan_depth(shape.K, dtypes.operands)
     bn = t.bn or (BLOCK_BN if dtypes.block_scales else None)
-    # Plans that can pick 2x1 clusters need the occupancy of 2x1 clusters; 4x1, of theirs
+    # Plans that can pick 2x1 clusters need the occupancy of 2x1 clusters (4x1: make_plan
+    # takes quad_ctas for them)
     pair_ctas = hw.pair_ctas if arch in BLACKWELL or t.cta_group != 1 else None
-    if t.cta_group == QUAD:
-        pair_ctas = hw.quad_ctas
     try:
         if t.push_ctas and mode == "rs":
             if arch != SM90 or transport != "unicast" or op_push == "lsu":

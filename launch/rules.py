@@ -661,8 +661,8 @@ def rows64_deep(plan: TilePlan) -> bool:
         return False
     if plan.bn in ROWS64_DEEP_ANY_K or (plan.cta_group == QUAD and plan.bn in ROWS64_DEEP_STAGES):
         return True
-    return (plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K
-            and (plan.bn != 128 or plan.cta_group == QUAD))
+    # 128 wide only on 4x1 clusters (above): 2x1 pairs that wide were not timed deeper
+    return plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K and plan.bn != 128
 
 
 PAIRS96_BN = 96

@@ -55,7 +55,7 @@ from .geometry import (BM, CTA_GROUPS, DEFAULT_MAX_STAGES, EPI_N, GEMM_ONLY_NS, 
                        MAX_STAGES, QUAD, TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS)
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
-from .variant import Variant, has_x_box, pingpong_refusal
+from .variant import QUAD_CLASHES, Variant, has_x_box, pingpong_refusal, quad_refusal
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64
@@ -121,11 +121,12 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError(f"transport must be unicast or multicast, got {transport!r}")
         if cta_group not in CTA_GROUPS:
             raise ValueError(f"cta_group must be one of {CTA_GROUPS}, got {cta_group}")
-        if cta_group == QUAD and (mode != "gemm" or pair_n or sk or pingpong
-                                  or bn % (8 * QUAD) or in_dtype):
-            raise ValueError(f"4x1 clusters run the plain GEMM of bf16 / fp16 operands along "
-                             f"M, w's tile in quarters of whole 8-row atoms (BN a multiple of "
-                             f"32), without the split-K tail or ping-pong; got {v.describe()}")
+        if cta_group == QUAD:
+            why = quad_refusal(mode, v.arch, bn, in_dtype, [k for k, on in zip(
+                QUAD_CLASHES, (sk, pingpong, pair_n)) if on])
+            if why:
+                raise ValueError(f"4x1 clusters run the plain GEMM of bf16 / fp16 operands "
+                                 f"along M: {why}; got {v.describe()}")
         if push not in ("lsu", "tma", "tma_all"):
             raise ValueError(f"push must be lsu, tma or tma_all, got {push!r}")
         self.tma_push = push in ("tma", "tma_all")
