@@ -16,7 +16,8 @@ shapes it moved.
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 (at K >= 4096 64 / 80 / 96 / 112 / 128) filling one round | (aq), (bd) |
-| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 4096 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round with a cluster to spare | (bd) |
+| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 2048 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd), (be) |
+| ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, K <= 2048 | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be) |
 | ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -441,40 +442,69 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
-# four ways in whole 8-row atoms; at K <= ``QUAD_SHORT_K`` only 96 (the width timed there)
+# four ways in whole 8-row atoms; at K <= ``QUAD_SHORT_K`` only 96 (128 lost at 256 x 3072
+# there); K 1025-2047 not timed
 QUAD_NS = (96, 128)
-QUAD_MIN_K = 4096
+QUAD_MIN_K = 2048
 QUAD_SHORT_K = 1024
 
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
     clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
-    (M 193-256) and K >= 4096, the narrowest of ``QUAD_NS`` whose tile columns fit one round
-    of ``clusters`` 4x1 clusters with one to spare (96 wide to N=2976 on an H100's 32; 128
-    beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
+    (M 193-256) and K >= 2048, the narrowest of ``QUAD_NS`` whose tile columns fit one round
+    of ``clusters`` 4x1 clusters (96 wide to N=2880 on an H100 holding 30, N=3072 on one
+    holding 32; 128 beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
     tile column share w's tile (each loads a quarter for all four), so w, the operand these
     memory-bound shapes stream, leaves L2 once per column instead of once per tile row, and
     64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x
     2880 (``nvjet ... 96x64 ... 2x4``: 64 x 96 tiles on clusters of four along M,
-    docs/PERF.md (bc)).
+    docs/PERF.md (bc)). ``clusters`` is the GPU's (the occupancy query): H100s of 132 SMs
+    hold 30 or 32 (their GPCs differ), which moves the width at N 2881-3072.
 
-    One H100, same-run A/B against the default (docs/PERF.md (bd), two seeded orders, five
-    blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x -> 0.98x
-    cuBLAS), 128 wide +7 / +13%; 96 wide on 2x1 clusters +7..+11% there. At 256 x 5120 /
-    7168 (two rounds of them) they lost, as did 64 wide at 256 x 2880 (two rounds). Off those
-    shapes (``small-m-rules``: M 200 / 256, N 1536-3584, K 4096 / 9216, against the 128-row
-    plans, two orders): +5..+92% at all 24 (200 x 2880 x 9216 0.52 -> 1.0 of the time); 64
-    wide in one round (N <= 2048) lost to 96 there by 0-35%. Where 96-wide columns fill every
-    cluster (N=3072: 32 of 32) 128 wide was +2..+4% faster in both orders (the spare cluster
-    is that measurement, its cause not known). At K=1024, 96 wide at 10 stages against the
-    default (1-CTA 128-row 64-wide tiles): N 1536-2880 +11..+19% at M=200, +1..+8% at
-    M=256 (all 8 shapes, both orders), N=3072 -3..-13%, N=3584 -1..+19% (128 wide); K 1025
-    -4095 not timed."""
+    One H100 holding 32, same-run A/B against the default (docs/PERF.md (bd), two seeded
+    orders, five blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x
+    -> 0.98x cuBLAS), 128 wide +7 / +13%. At 256 x 5120 / 7168 (two rounds of them) they
+    lost, as did 64 wide at 256 x 2880 (two rounds). ``small-m-rules`` (M 200 / 256, N
+    1536-3584, K 4096 / 9216, against the 128-row plans): +5..+92% at all 24; 64 wide in one
+    round (N <= 2048) lost to 96 there by 0-35%; at N=3072 (96 wide filling all 32) 128 wide
+    was +2..+4% faster. At K=1024, 96 wide: N 1536-2880 +11..+19% at M=200, +1..+8% at
+    M=256, N=3072 -3..-13%. One H100 holding 30 (PERF.md (be), two orders): 96 wide filling
+    all 30 (N=2880) against 128 wide +4..+8% at M 200-256, K 2048-9216 (and +13..+47%
+    against the 128-row plans at M 200 / 224, K 1024-4096); 96 wide in two rounds (N=3072)
+    -18..-31%. K=2048: 96 wide +8% at 256 x 2880, +45% at 200 x 2880; 128 wide +4% at 256
+    x 3072. So a round may fill every cluster: the 2-4% at 32 of 32 is given up for the
+    4-8% at 30 of 30."""
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0]:
         return None
     widths = QUAD_NS if K >= QUAD_MIN_K else QUAD_NS[:1] if K <= QUAD_SHORT_K else ()
-    return next((b for b in widths if ceil_div(N, b) < clusters), None)
+    return next((b for b in widths if ceil_div(N, b) <= clusters), None)
+
+
+# The pair widths ``choose_gemm_pairs_short`` takes, narrowest first, and the deepest K timed
+PAIRS_SHORT_NS = (80, 96)
+PAIRS_SHORT_MAX_K = 2048
+
+
+def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None:
+    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 128-row tiles on
+    2x1 clusters along M at three or four tile rows (M 257-512) and K <= 2048, or None: the
+    narrowest of ``PAIRS_SHORT_NS`` whose pairs fit one round of ``clusters``. Where the
+    cost model picked 112-wide 1-CTA tiles (K=1024) or 64-wide ones (K=2048, N <= 2560),
+    narrower pairs put more SMs on w's stream and load each w tile once for two tile rows;
+    cuBLAS runs 88 x 128 tiles at 512 x 2880 (docs/PERF.md (bc)).
+
+    One H100 (PERF.md (be), same-run A/B against the default, two seeded orders, five
+    blocks; M 384 / 448 / 512 x N 2048 / 2560 / 2880 / 3072 / 3584 x K 1024 / 2048): 80 wide
+    at N 2048 / 2560 +6..+14% at 11 of 12 shapes (384 x 2048 x 2048 -4%: its 64-wide 1-CTA
+    plan); 96 wide at N 2880 / 3072 +4..+8% at all 12 (512 x 2880 x 1024 0.92x -> 0.99x
+    cuBLAS); at N=3584 neither fits (112-wide pairs ran as the default, -1..+1%). 80 wide
+    where its pairs need two rounds (N=2880) -13..-25%. K >= 4096 at four tile rows:
+    ``choose_gemm_pairs96``."""
+    if not 2 * BM < M <= 4 * BM or K > PAIRS_SHORT_MAX_K:
+        return None
+    pair_rows = ceil_div(ceil_div(M, BM), 2)
+    return next((b for b in PAIRS_SHORT_NS if pair_rows * ceil_div(N, b) <= clusters), None)
 
 
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:

@@ -11,7 +11,8 @@ import pytest
 from launch import Hardware, Shape, Tuning, resolve
 from launch.resolve import Dtypes
 from launch.rules import (QUAD_MIN_K, QUAD_NS, ROWS64_DEEP_MIN_K, ROWS64_DEEP_STAGES,
-                          ROWS64_FIT_STAGES, choose_gemm_quads, choose_gemm_rows64_pairs)
+                          ROWS64_FIT_STAGES, choose_gemm_pairs_short, choose_gemm_quads,
+                          choose_gemm_rows64_pairs)
 
 H100 = Hardware("sm_90a", 132, 132, 128)
 
@@ -37,23 +38,49 @@ def test_stage_table_is_what_fits(bn):
         kernel(deep + 1)
 
 
-def test_quads_pick_the_narrowest_width_of_one_round_with_a_cluster_to_spare():
+def test_quads_pick_the_narrowest_width_of_one_round():
     assert choose_gemm_quads(256, 2880, 9216, 32) == 96  # 30 columns of 96
     assert choose_gemm_quads(256, 2048, 4096, 32) == 96
-    assert choose_gemm_quads(256, 3072, 4096, 32) == 128  # 32 of 96 would fill every one
-    assert choose_gemm_quads(193, 3968, 4096, 32) == 128
-    assert choose_gemm_quads(256, 3969, 4096, 32) is None  # 32 columns of 128
-    assert choose_gemm_quads(256, 2880, 9216, 30) == 128  # fewer clusters resident
-    for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (256, 2048), (64, 9216)):
+    assert choose_gemm_quads(256, 3072, 4096, 32) == 96  # 32 of 96 fill every cluster
+    assert choose_gemm_quads(256, 3072, 4096, 30) == 128  # an H100 holding 30
+    assert choose_gemm_quads(256, 2880, 9216, 30) == 96
+    assert choose_gemm_quads(256, 2881, 9216, 30) == 128
+    assert choose_gemm_quads(193, 4096, 4096, 32) == 128
+    assert choose_gemm_quads(256, 4097, 4096, 32) is None  # 33 columns of 128
+    assert choose_gemm_quads(256, 3072, QUAD_MIN_K, 30) == 128
+    for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (256, 1025), (64, 9216)):
         assert choose_gemm_quads(M, 2880, K, 32) is None
 
 
 def test_quads_at_short_k_take_96_only():
     assert choose_gemm_quads(256, 2880, 1024, 32) == 96
     assert choose_gemm_quads(200, 1536, 512, 32) == 96
-    assert choose_gemm_quads(256, 3072, 1024, 32) is None  # no 128 there (it lost at 256)
+    assert choose_gemm_quads(256, 3072, 1024, 30) is None  # no 128 there (it lost at 256)
     p, v = resolve(Shape(256, 2880, 1024, "gemm"), H100, 2, "unicast")
     assert (p.bm, p.bn, p.cta_group, v.stages) == (64, 96, 4, ROWS64_DEEP_STAGES[96])
+
+
+@pytest.mark.parametrize("M,N,K,clusters,bn", [
+    (512, 2048, 1024, 66, 80), (384, 2560, 2048, 66, 80), (448, 2880, 1024, 66, 96),
+    (257, 3072, 2048, 66, 96), (512, 3168, 1024, 66, 96), (512, 3169, 1024, 66, None),
+    (512, 2560, 1024, 59, 96), (512, 2880, 1024, 59, None), (256, 2048, 1024, 66, None),
+    (513, 2048, 1024, 66, None), (512, 2048, 2049, 66, None)])
+def test_short_pairs_take_the_narrowest_width_of_one_round(M, N, K, clusters, bn):
+    assert choose_gemm_pairs_short(M, N, K, clusters) == bn
+
+
+@pytest.mark.parametrize("M,N,K,bn", [(512, 2880, 1024, 96), (384, 2048, 2048, 80),
+                                      (448, 2560, 1024, 80), (512, 3072, 2048, 96)])
+def test_short_pairs_are_the_default_there(M, N, K, bn):
+    p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
+    assert (p.bm, p.bn, p.cta_group, p.rounds, v.stages) == (128, bn, 2, 1, 0)
+    forced = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast",
+                     tuning=Tuning(bn=bn, cta_group=2))
+    assert forced == (p, v)  # the plan and kernel the A/B timed
+    for dtypes, tuning, mode in ((Dtypes("f16"), Tuning(), "gemm"),
+                                 (Dtypes(), Tuning(bn=112), "gemm"), (Dtypes(), Tuning(), "rs")):
+        other, _ = resolve(Shape(M, N, K, mode), H100, 2, "unicast", dtypes, tuning)
+        assert (other.bn, other.cta_group) != (bn, 2)
 
 
 @pytest.mark.parametrize("M,N,K", [(256, 2880, 9216), (256, 2880, 4096), (200, 2048, 4096),
@@ -71,8 +98,8 @@ def test_quads_are_the_default_there(M, N, K):
     (256, 2880, 9216, "gemm", Dtypes("bf16", "e4m3"), Tuning()),
     (256, 2880, 9216, "gemm", Dtypes(), Tuning(bn=128)),     # anything forced: no rule
     (256, 2880, 9216, "gemm", Dtypes(), Tuning(cta_group=2)),
-    (256, 2880, 2048, "gemm", Dtypes(), Tuning()),           # K 1025-4095: not timed
-    (256, 3072, 1024, "gemm", Dtypes(), Tuning()),           # 96 fills every cluster
+    (256, 2880, 1536, "gemm", Dtypes(), Tuning()),           # K 1025-2047: not timed
+    (256, 3080, 1024, "gemm", Dtypes(), Tuning()),           # 96 needs two rounds
     (256, 7168, 9216, "gemm", Dtypes(), Tuning()),           # two rounds: none fits
 ])
 def test_quads_not_taken(M, N, K, mode, dtypes, tuning):
@@ -109,10 +136,11 @@ def test_quads_128_wide_run_deep_but_pairs_128_wide_do_not():
 
 @pytest.mark.parametrize("M,N,K,bn", [(512, 2880, 9216, 96), (448, 2560, 4096, 96),
                                       (512, 3072, 4096, 96), (512, 3584, 4096, 112),
-                                      (384, 2880, 9216, 112), (512, 2880, 1024, 112)])
+                                      (384, 2880, 9216, 112), (512, 2880, 2560, 112)])
 def test_four_tile_rows_pair_96_wide_where_one_round_fits(M, N, K, bn):
     """``choose_gemm_pairs96``: the 112-wide pairs at four 128-row tile rows and K >= 4096
-    become 96-wide pairs (the kernel's own 7 stages) where those fit one round."""
+    become 96-wide pairs (the kernel's own 7 stages) where those fit one round (K 2049-4095:
+    neither this rule nor ``choose_gemm_pairs_short``)."""
     p, v = resolve(Shape(M, N, K, "gemm"), H100, 2, "unicast")
     assert (p.bm, p.bn, p.rounds) == (128, bn, 1)
     if bn == 96:
