@@ -16,8 +16,8 @@ shapes it moved.
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 (at K >= 4096 64 / 80 / 96 / 112 / 128) filling one round | (aq), (bd) |
-| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, K >= 2048 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd), (be) |
-| ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, K <= 2048 | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be) |
+| ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, N <= 3584, K >= 2048 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd), (be) |
+| ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, N >= 2048, K <= 2048 | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be) |
 | ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -447,14 +447,15 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
 QUAD_NS = (96, 128)
 QUAD_MIN_K = 2048
 QUAD_SHORT_K = 1024
+QUAD_MAX_N = 3584  # the widest N timed; 128 wide filling 32 clusters (N 3969-4096) was not
 
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
     clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
-    (M 193-256) and K >= 2048, the narrowest of ``QUAD_NS`` whose tile columns fit one round
-    of ``clusters`` 4x1 clusters (96 wide to N=2880 on an H100 holding 30, N=3072 on one
-    holding 32; 128 beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
+    (M 193-256), N <= ``QUAD_MAX_N`` and K >= 2048, the narrowest of ``QUAD_NS`` whose tile
+    columns fit one round of ``clusters`` 4x1 clusters (96 wide to N=2880 on an H100 holding
+    30, N=3072 on one holding 32; 128 beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
     tile column share w's tile (each loads a quarter for all four), so w, the operand these
     memory-bound shapes stream, leaves L2 once per column instead of once per tile row, and
     64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x
@@ -475,7 +476,7 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     -18..-31%. K=2048: 96 wide +8% at 256 x 2880, +45% at 200 x 2880; 128 wide +4% at 256
     x 3072. So a round may fill every cluster: the 2-4% at 32 of 32 is given up for the
     4-8% at 30 of 30."""
-    if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0]:
+    if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or N > QUAD_MAX_N:
         return None
     widths = QUAD_NS if K >= QUAD_MIN_K else QUAD_NS[:1] if K <= QUAD_SHORT_K else ()
     return next((b for b in widths if ceil_div(N, b) <= clusters), None)
@@ -484,12 +485,14 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
 # The pair widths ``choose_gemm_pairs_short`` takes, narrowest first, and the deepest K timed
 PAIRS_SHORT_NS = (80, 96)
 PAIRS_SHORT_MAX_K = 2048
+PAIRS_SHORT_MIN_N = 2048  # the narrowest N timed (narrower ones keep the cost model's widths)
 
 
 def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 128-row tiles on
-    2x1 clusters along M at three or four tile rows (M 257-512) and K <= 2048, or None: the
-    narrowest of ``PAIRS_SHORT_NS`` whose pairs fit one round of ``clusters``. Where the
+    2x1 clusters along M at three or four tile rows (M 257-512), K <= 2048 and N >=
+    ``PAIRS_SHORT_MIN_N``, or None: the narrowest of ``PAIRS_SHORT_NS`` whose pairs fit one
+    round of ``clusters``. Where the
     cost model picked 112-wide 1-CTA tiles (K=1024) or 64-wide ones (K=2048, N <= 2560),
     narrower pairs put more SMs on w's stream and load each w tile once for two tile rows;
     cuBLAS runs 88 x 128 tiles at 512 x 2880 (docs/PERF.md (bc)).
@@ -501,7 +504,7 @@ def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None
     cuBLAS); at N=3584 neither fits (112-wide pairs ran as the default, -1..+1%). 80 wide
     where its pairs need two rounds (N=2880) -13..-25%. K >= 4096 at four tile rows:
     ``choose_gemm_pairs96``."""
-    if not 2 * BM < M <= 4 * BM or K > PAIRS_SHORT_MAX_K:
+    if not 2 * BM < M <= 4 * BM or K > PAIRS_SHORT_MAX_K or N < PAIRS_SHORT_MIN_N:
         return None
     pair_rows = ceil_div(ceil_div(M, BM), 2)
     return next((b for b in PAIRS_SHORT_NS if pair_rows * ceil_div(N, b) <= clusters), None)

@@ -41,7 +41,7 @@ def test_gemm_takes_a_dividing_width(M, N, K, bn, cta_group):
 def test_two_tile_rows_at_short_k_run_64_wide(M, N, want):
     """Where both rows of 64-wide tiles fit one round (N <= 4224); at N=5120 they would not,
     and from three tile rows the other rules decide (96-wide pairs at 384 x 2880:
-    ``choose_gemm_pairs_short``). (At M 193-256 and N <= 2976 the 4x1
+    ``choose_gemm_pairs_short``). (At M 193-256 and N <= 2880 (3072 on an H100 holding 32) the 4x1
     clusters go first: ``choose_gemm_quads``, tests/test_small_m_deep.py.)"""
     p, _ = _plan(M, N, 1024)
     assert p.bn == want

@@ -26,7 +26,7 @@ def test_tuning_accepts_four_and_not_three():
         Tuning(cta_group=3)
 
 
-@pytest.mark.parametrize("M,N,K", [(128, 2880, 4096), (256, 2880, 2048), (256, 5120, 9216),
+@pytest.mark.parametrize("M,N,K", [(128, 2880, 4096), (256, 2880, 1536), (256, 5120, 9216),
                                    (512, 7168, 1024), (4096, 8192, 4096), (300, 2880, 9216)])
 def test_no_default_plan_takes_them_but_the_rule(M, N, K):
     """Unforced, only ``choose_gemm_quads`` picks them (tests/test_small_m_deep.py)."""

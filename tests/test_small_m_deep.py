@@ -45,8 +45,8 @@ def test_quads_pick_the_narrowest_width_of_one_round():
     assert choose_gemm_quads(256, 3072, 4096, 30) == 128  # an H100 holding 30
     assert choose_gemm_quads(256, 2880, 9216, 30) == 96
     assert choose_gemm_quads(256, 2881, 9216, 30) == 128
-    assert choose_gemm_quads(193, 4096, 4096, 32) == 128
-    assert choose_gemm_quads(256, 4097, 4096, 32) is None  # 33 columns of 128
+    assert choose_gemm_quads(193, 3584, 4096, 32) == 128
+    assert choose_gemm_quads(256, 3592, 4096, 32) is None  # past the widest N timed
     assert choose_gemm_quads(256, 3072, QUAD_MIN_K, 30) == 128
     for M, K in ((192, 9216), (257, 9216), (256, QUAD_MIN_K - 1), (256, 1025), (64, 9216)):
         assert choose_gemm_quads(M, 2880, K, 32) is None
@@ -64,6 +64,7 @@ def test_quads_at_short_k_take_96_only():
     (512, 2048, 1024, 66, 80), (384, 2560, 2048, 66, 80), (448, 2880, 1024, 66, 96),
     (257, 3072, 2048, 66, 96), (512, 3168, 1024, 66, 96), (512, 3169, 1024, 66, None),
     (512, 2560, 1024, 59, 96), (512, 2880, 1024, 59, None), (256, 2048, 1024, 66, None),
+    (512, 2040, 1024, 66, None), (300, 128, 1024, 66, None),
     (513, 2048, 1024, 66, None), (512, 2048, 2049, 66, None)])
 def test_short_pairs_take_the_narrowest_width_of_one_round(M, N, K, clusters, bn):
     assert choose_gemm_pairs_short(M, N, K, clusters) == bn
