@@ -370,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     from rsar_core.gemm_rsar import _cluster_ctas, _pair_ctas
     pair_ctas = _pair_ctas(dev.index, sm_count)
     quad_ctas = _cluster_ctas(dev.index, sm_count, 4)
+    # the small-M rules' widths follow these (H100s of 132 SMs hold 30 or 32 4x1 clusters)
+    print(f"{torch.cuda.get_device_name(dev)}: {sm_count} SMs, {pair_ctas // 2} 2x1 and "
+          f"{quad_ctas // 4} 4x1 clusters resident", flush=True)
     if a.build_jobs:
         build_columns(a, sm_count, pair_ctas, block, quad_ctas)
     rows = []
