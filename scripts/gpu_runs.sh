@@ -195,6 +195,10 @@
 #            64-row pairs at M 160-256 and K 1024 / 2048 (M=200 +3..+19% in (bd), mixed at
 #            256), and cuBLAS-like forms at M 192-320, N 4608-6144 (256 x 5120 0.90-0.92x);
 #            two seeded orders
+#   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
+#            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
+#            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
+#            two seeded orders (~2 min on an H100)
 #   tma-desc  (1 GPU) which L2 promotion the DSL writes into our TMA descriptors, against the
 #            driver's four encodings of x's load (benchmarks/tma_desc_probe.py, ~10 s)
 #   l2-hint  (1 GPU) the mainloop's loads with an explicit L2 eviction priority
@@ -230,7 +234,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -636,6 +640,21 @@ for s in "$@"; do
         gemm_step "small_m_5120_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c2+bn96,c2+bn80+stages8,pn+bn80+stages8,c4+bm64+bn128+stages9,c2+bm64+bn80+stages11,c2+bm64+bn96+stages10 \
           --shapes "$(shapes "192 256 320" "4608 5120 6144")"
+      done ;;
+    small-m-fill)  # PERF.md (be)
+      for seed in ${SMALL_M_SEEDS:-93 94}; do
+        gemm_step "small_m_fill_wide_$seed" 170 --shuffle $seed --blocks 5 \
+          --columns default,c4+bm64+bn160+stages7,c4+bm64+bn192+stages6,c4+bm64+bn224+stages5,c4+bm64+bn256+stages5 \
+          --shapes "200,5120,1024;256,5120,1024;200,5120,4096;256,5120,4096;256,5120,9216;256,7168,1024;256,7168,4096;256,7168,9216;256,8192,1024;256,8192,4096"
+        gemm_step "small_m_fill_wide128_$seed" 170 --shuffle $seed --blocks 5 \
+          --columns default,c4+bn224,c4+bn256,c4+bn192 \
+          --shapes "512,7168,1024;512,7168,4096;512,7168,9216;512,8192,1024;448,7168,1024"
+        gemm_step "small_m_fill_quads_$seed" 170 --shuffle $seed --blocks 5 \
+          --columns default,c4+bm64+bn96+stages10,c4+bm64+bn128+stages9 \
+          --shapes "200,1536,1024;200,2048,1024;200,2880,1024;200,3072,1024;224,2560,1024;224,2880,1024;256,1536,1024;256,2048,1024;256,3072,1024;256,2880,2048;256,3072,2048;200,2880,2048;224,2880,4096;200,3072,4096;256,2048,4096;256,2880,9216;200,3072,9216;256,3072,9216"
+        gemm_step "small_m_fill_rows4_$seed" 170 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn96,c2+bn80,c2+bn112,c2+bn128,bn96 \
+          --shapes "$(shapes "384 448 512" "2048 2560 2880 3072 3584" "1024 2048")"
       done ;;
     tma-desc)
       step tma_desc 120 python3 benchmarks/tma_desc_probe.py${RSAR_BUILD_ONLY:+ --build-only} \
