@@ -194,7 +194,9 @@
 #   small-m-next  (1 GPU) what (bd) left below 0.97x at small M: 4x1 clusters and deep
 #            64-row pairs at M 160-256 and K 1024 / 2048 (M=200 +3..+19% in (bd), mixed at
 #            256), and cuBLAS-like forms at M 192-320, N 4608-6144 (256 x 5120 0.90-0.92x);
-#            two seeded orders
+#            then (be)'s leads: 64-row pairs 80-112 wide deep at M 96 / 128, K <= 2048, N
+#            4608-6144 (128 x 5120 x 1024 0.93x), 4x1 clusters 160 / 192 wide at M 200-256,
+#            N 4608-5760; two seeded orders
 #   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
 #            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
 #            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
@@ -640,6 +642,16 @@ for s in "$@"; do
         gemm_step "small_m_5120_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,c2+bn96,c2+bn80+stages8,pn+bn80+stages8,c4+bm64+bn128+stages9,c2+bm64+bn80+stages11,c2+bm64+bn96+stages10 \
           --shapes "$(shapes "192 256 320" "4608 5120 6144")"
+      done
+      for seed in ${SMALL_M_SEEDS:-91 92}; do  # (be): 64-row pairs at K <= 2048 past 112 wide
+        gemm_step "small_m_pairs_short_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bm64+bn80+stages11,c2+bm64+bn96+stages10,c2+bm64+bn112+stages10 \
+          --shapes "$(shapes "96 128" "4608 5120 6144" "1024 2048")"
+      done
+      for seed in ${SMALL_M_SEEDS:-91 92}; do  # (be): 192-wide 4x1 clusters, +5..+11% once
+        gemm_step "small_m_quads192_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c4+bm64+bn192+stages6,c4+bm64+bn160+stages7 \
+          --shapes "$(shapes "200 224 256" "4608 5120 5760" "1024 2048 4096")"
       done ;;
     small-m-fill)  # PERF.md (be)
       for seed in ${SMALL_M_SEEDS:-93 94}; do
