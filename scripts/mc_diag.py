@@ -247,6 +247,7 @@ def run_checks(rep: dict[str, Any], bs: Bootstrap, drv: Any, bw_bytes: int,
                          f"{pol['decision']}"))
 
     checks.append(_guarded("fabric handle export", lambda: fabric_check(rep, drv)))
+    checks.append(cluster_check(dev, drv))
     kernels, why_no_kernels = pc.load_kernels(bs, dev, drv)
     unicast_env = {**os.environ, "RSAR_MULTICAST": "off"}
     try:
@@ -303,6 +304,22 @@ def run_checks(rep: dict[str, Any], bs: Bootstrap, drv: Any, bw_bytes: int,
             with pc.device_scope(drv, dev):
                 kernels.unload()
     return checks
+
+
+def cluster_check(dev: int, drv: Any) -> dict[str, Any]:
+    """Informational: the clusters of 2 and 4 CTAs the GPU holds at once at one CTA per SM,
+    which the plain GEMM's cluster plans count (GPC layouts differ between boards of one
+    model: H100s of 132 SMs hold 30 or 32 4x1 clusters, and the plans at M 193-256 follow).
+    A refused probe skips (the op asks the CuTe DSL instead)."""
+    from launch.occupancy import max_active_clusters
+    from multicast import peer_check as pc
+    try:
+        with pc.device_scope(drv, dev):
+            pairs, quads = (max_active_clusters(dev, n, drv) for n in (2, 4))
+    except Exception as e:
+        return _check("cluster occupancy", "skip", f"not probed: {type(e).__name__}: {e}")
+    return _check("cluster occupancy", "pass", f"{pairs} 2x1 and {quads} 4x1 clusters "
+                  f"resident at one CTA per SM", pairs=pairs, quads=quads)
 
 
 def fabric_check(rep: dict[str, Any], drv: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 (table, JSON, exit status) from canned per-rank reports and from the recording fake driver."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
@@ -331,14 +332,15 @@ def test_two_ranks_end_to_end_over_the_memory_fake(monkeypatch):
     for rep in reports:
         checks = {c["name"]: c["status"] for c in rep["checks"]}
         assert checks == {
-            "policy": "pass", "fabric handle export": "skip", "unicast symmetric memory": "pass",
+            "policy": "pass", "fabric handle export": "skip", "cluster occupancy": "skip",
+            "unicast symmetric memory": "pass",
             "peer load/store": "pass", "peer atomics": "pass", "unicast close": "pass",
             "peer copy bandwidth": "pass", "SM-driven peer bandwidth": "pass",
             "multicast ld_reduce/st": "skip"}, rep["checks"]
         assert "RSAR_MULTICAST=off" in rep["policy"]["decision"]
     text = mc_diag.format_table(reports)
     assert "posix_fd handles" in text and "CUDA_ERROR_NOT_PERMITTED" in text
-    assert text.splitlines()[-1] == "summary: 14 passed, 0 failed, 4 skipped -> exit 0"
+    assert text.splitlines()[-1] == "summary: 14 passed, 0 failed, 6 skipped -> exit 0"
     sm_bw = next(c for c in reports[0]["checks"] if c["name"] == "SM-driven peer bandwidth")
     gbps = sm_bw["data"]["gbps"]  # rank 0's figures, on every rank
     assert sorted(gbps) == ["pull_loads", "push_bulk", "push_stores", "push_tiles"]
@@ -366,3 +368,25 @@ def test_no_gpu_under_torchrun_two_ranks():
     assert p.stdout.count("no CUDA GPU") == 2, p.stdout + p.stderr
     assert "(rank 0)" in p.stdout and "(rank 1)" in p.stdout
     assert "Traceback" not in p.stdout
+
+
+def test_cluster_occupancy_is_reported_and_a_refused_probe_only_skips(monkeypatch):
+    """The clusters the GEMM's cluster plans count, per GPU (H100s hold 30 or 32 of 4)."""
+    from launch import occupancy
+    from multicast import peer_check
+
+    scopes = []
+    monkeypatch.setattr(peer_check, "device_scope",
+                        lambda drv, dev: contextlib.nullcontext(scopes.append(dev)))
+    monkeypatch.setattr(occupancy, "max_active_clusters",
+                        lambda dev, n, drv=None: {2: 66, 4: 30}[n])
+    c = mc_diag.cluster_check(1, object())
+    assert (c["status"], c["pairs"], c["quads"], scopes) == ("pass", 66, 30, [1])
+    assert "66 2x1 and 30 4x1 clusters" in c["detail"]
+
+    def refused(dev, n, drv=None):
+        raise RuntimeError("cuModuleLoadData failed")
+    monkeypatch.setattr(occupancy, "max_active_clusters", refused)
+    c = mc_diag.cluster_check(0, object())
+    assert c["status"] == "skip" and "cuModuleLoadData failed" in c["detail"]
+    assert mc_diag.exit_code([{"checks": [c]}]) == mc_diag.EXIT_OK
