@@ -431,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
             us, errors = {"mm": None, **us}, {"mm": None, **errors}
         row = {"M": M, "N": N, "K": K, "us": us, "rel_err": errors, "skipped": skipped,
                "retried": {k: n for k, n in retried.items() if n},
-               "block_ratios": block_ratios(per_block), "interleave": a.interleave}
+               "block_ratios": block_ratios(per_block), "interleave": a.interleave,
+               "clusters": {"2x1": pair_ctas // 2, "4x1": quad_ctas // 4}}
         if anchor_why:
             row["anchor_error"] = anchor_why
         rows.append(row)
