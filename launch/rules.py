@@ -471,11 +471,11 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     round (N <= 2048) lost to 96 there by 0-35%; at N=3072 (96 wide filling all 32) 128 wide
     was +2..+4% faster. At K=1024, 96 wide: N 1536-2880 +11..+19% at M=200, +1..+8% at
     M=256, N=3072 -3..-13%. One H100 holding 30 (PERF.md (be), two orders): 96 wide filling
-    all 30 (N=2880) against 128 wide +4..+8% at M 200-256, K 2048-9216 (and +13..+47%
+    all 30 (N=2880) against 128 wide +3..+8% at M 200-256, K 2048-9216 (and +13..+47%
     against the 128-row plans at M 200 / 224, K 1024-4096); 96 wide in two rounds (N=3072)
     -18..-31%. K=2048: 96 wide +8% at 256 x 2880, +45% at 200 x 2880; 128 wide +4% at 256
     x 3072. So a round may fill every cluster: the 2-4% at 32 of 32 is given up for the
-    4-8% at 30 of 30."""
+    3-8% at 30 of 30."""
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or N > QUAD_MAX_N:
         return None
     widths = QUAD_NS if K >= QUAD_MIN_K else QUAD_NS[:1] if K <= QUAD_SHORT_K else ()
@@ -499,8 +499,8 @@ def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None
 
     One H100 (PERF.md (be), same-run A/B against the default, two seeded orders, five
     blocks; M 384 / 448 / 512 x N 2048 / 2560 / 2880 / 3072 / 3584 x K 1024 / 2048): 80 wide
-    at N 2048 / 2560 +6..+14% at 11 of 12 shapes (384 x 2048 x 2048 -4%: its 64-wide 1-CTA
-    plan); 96 wide at N 2880 / 3072 +4..+8% at all 12 (512 x 2880 x 1024 0.92x -> 0.99x
+    at N 2048 / 2560 +6..+15% at 11 of 12 shapes (384 x 2048 x 2048 -4 / -5%: its 64-wide 1-CTA
+    plan); 96 wide at N 2880 / 3072 +4..+9% at all 12 (512 x 2880 x 1024 0.92x -> 0.99x
     cuBLAS); at N=3584 neither fits (112-wide pairs ran as the default, -1..+1%). 80 wide
     where its pairs need two rounds (N=2880) -13..-25%. K >= 4096 at four tile rows:
     ``choose_gemm_pairs96``."""
