@@ -311,9 +311,9 @@ def cluster_check(dev: int, drv: Any) -> dict[str, Any]:
     which the plain GEMM's cluster plans count (GPC layouts differ between boards of one
     model: H100s of 132 SMs hold 30 or 32 4x1 clusters, and the plans at M 193-256 follow).
     A refused probe skips (the op asks the CuTe DSL instead)."""
-    from launch.occupancy import max_active_clusters
-    from multicast import peer_check as pc
     try:
+        from launch.occupancy import max_active_clusters
+        from multicast import peer_check as pc
         with pc.device_scope(drv, dev):
             pairs, quads = (max_active_clusters(dev, n, drv) for n in (2, 4))
     except Exception as e:
