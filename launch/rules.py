@@ -452,16 +452,16 @@ QUAD_MAX_N = 3584  # the widest N timed; 128 wide filling 32 clusters (N 3969-40
 
 def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 4x1
-    clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64
-    (M 193-256), N <= ``QUAD_MAX_N`` and K >= 2048, the narrowest of ``QUAD_NS`` whose tile
-    columns fit one round of ``clusters`` 4x1 clusters (96 wide to N=2880 on an H100 holding
-    30, N=3072 on one holding 32; 128 beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
+    clusters along M (``cta_group`` 4), or None (the other rules): at four tile rows of 64 (M
+    193-256), N <= ``QUAD_MAX_N`` and K >= 2048, the narrowest of ``QUAD_NS`` whose tile columns
+    fit one round of ``clusters`` 4x1 clusters (96 wide to N=2880 on an H100 holding 30, N=3072
+    on one holding 32; 128 beyond); at K <= 1024, 96 wide on the same terms. The four CTAs of a
     tile column share w's tile (each loads a quarter for all four), so w, the operand these
     memory-bound shapes stream, leaves L2 once per column instead of once per tile row, and
-    64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x
-    2880 (``nvjet ... 96x64 ... 2x4``: 64 x 96 tiles on clusters of four along M,
-    docs/PERF.md (bc)). ``clusters`` is the GPU's (the occupancy query): H100s of 132 SMs
-    hold 30 or 32 (their GPCs differ), which moves the width at N 2881-3072.
+    64-row tiles put four SMs on it where a 128-row tile put two. cuBLAS's form at 256 x 2880
+    (``nvjet ... 96x64 ... 2x4``: 64 x 96 tiles on clusters of four along M, docs/PERF.md (bc)).
+    ``clusters`` is the GPU's (the occupancy query): H100s of 132 SMs hold 30 or 32 (their GPCs
+    differ), which moves the width at N 2881-3072.
 
     One H100 holding 32, same-run A/B against the default (docs/PERF.md (bd), two seeded
     orders, five blocks): 256 x 2880 x 4096 +13 / +15% (96 wide), x 9216 +22 / +23% (0.80x
@@ -489,13 +489,12 @@ PAIRS_SHORT_MIN_N = 2048  # the narrowest N timed (narrower ones keep the cost m
 
 
 def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None:
-    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 128-row tiles on
-    2x1 clusters along M at three or four tile rows (M 257-512), K <= 2048 and N >=
+    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 128-row tiles on 2x1
+    clusters along M at three or four tile rows (M 257-512), K <= 2048 and N >=
     ``PAIRS_SHORT_MIN_N``, or None: the narrowest of ``PAIRS_SHORT_NS`` whose pairs fit one
-    round of ``clusters``. Where the
-    cost model picked 112-wide 1-CTA tiles (K=1024) or 64-wide ones (K=2048, N <= 2560),
-    narrower pairs put more SMs on w's stream and load each w tile once for two tile rows;
-    cuBLAS runs 88 x 128 tiles at 512 x 2880 (docs/PERF.md (bc)).
+    round of ``clusters``. Where the cost model picked 112-wide 1-CTA tiles (K=1024) or 64-wide
+    ones (K=2048, N <= 2560), narrower pairs put more SMs on w's stream and load each w tile
+    once for two tile rows; cuBLAS runs 88 x 128 tiles at 512 x 2880 (docs/PERF.md (bc)).
 
     One H100 (PERF.md (be), same-run A/B against the default, two seeded orders, five
     blocks; M 384 / 448 / 512 x N 2048 / 2560 / 2880 / 3072 / 3584 x K 1024 / 2048): 80 wide
@@ -675,12 +674,11 @@ ROWS64_DEEP_ANY_K = (64,)  # the widths timed deep at K=1024 too
 
 def rows64_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
-    ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64
-    wide and 4x1 clusters at any K, 80 / 96 at a plan depth K >= 4096. A 64-row
-    tile's k-block is small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in
-    flight where a 128-row tile's keep 190), and these memory-bound rounds run on the loads
-    in flight. cuBLAS runs 64-row tiles at 10-13
-    stages at these shapes (docs/PERF.md (bc)).
+    ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64 wide
+    and 4x1 clusters at any K, 80 / 96 at a plan depth K >= 4096. A 64-row tile's k-block is
+    small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in flight where a
+    128-row tile's keep 190), and these memory-bound rounds run on the loads in flight. cuBLAS
+    runs 64-row tiles at 10-13 stages at these shapes (docs/PERF.md (bc)).
 
     One H100, same-run A/B (docs/PERF.md (bd), two seeded orders, five blocks): 128 x 2880
     x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +12% and +16 / +16%; 64 x 80
@@ -725,9 +723,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
     at K >= 4096 the rule's gains were timed at 5, docs/PERF.md (at)); 7 on its one round of
     112-wide pairs at two to four tile rows and K >= 4096 (``narrow_pairs_deep``);
     ``ROWS64_DEEP_STAGES`` on its 64-row plans (``rows64_deep``, docs/PERF.md (bd)); else 0
-    (the
-    kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 / 256
-    wide, 6 at 112 / 128; 4 for ping-pong).
+    (the kernel's own: as many stages as fit beside a whole-tile sub-tile ring, 3 at 224 /
+    256 wide, 6 at 112 / 128; 4 for ping-pong).
 
     Ping-pong at five stages: the ring then holds less than a tile, which the store warp's
     slot-by-slot hand-back (below) makes cheap, and the two warp groups' mainloops get a fifth
