@@ -19,8 +19,8 @@ from . import heuristics
 from .errors import (ClosedError, RsarTimeoutError, RsarValueError, ShapeMismatchError,
                      UnsupportedError)
 from .ordering import raw_stream
-from .validate import (DTYPES, IN_DTYPES, check_arch_width, check_bias, check_call,
-                       check_construction, check_dtype, check_input_dtype, check_out,
+from .validate import (DTYPES, IN_DTYPES, agree_hardware, check_arch_width, check_bias,
+                       check_call, check_construction, check_dtype, check_input_dtype, check_out,
                        check_scales, check_tuning, check_warmup, check_weight, weight_of,
                        SCALE_BLOCK)
 from .workspace import Workspace
@@ -157,10 +157,12 @@ class GemmRsAr:
         self.rank, self.world = bs.rank, bs.world
         self.mode = "ar" if self.all_reduce else "rs"
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.arch = _arch_of(self.device)
+        arch = _arch_of(self.device)
+        sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+        torch.empty(1, device=self.device)  # the occupancy probe needs the device's context
+        self.arch, self.sm_count, self._pairs = agree_hardware(
+            bs, arch, sm_count, _pair_ctas(self.device.index, sm_count))
         check_arch_width(N, self.arch)
-        props = torch.cuda.get_device_properties(self.device)
-        self.sm_count = props.multi_processor_count
         self.timeout_ns = int(timeout_s * 1e9)
         if workspace is not None:
             why = "the workspace is closed" if workspace.closed else workspace.fits(
@@ -221,8 +223,9 @@ class GemmRsAr:
 
     @property
     def pair_ctas(self) -> int:
-        """CTAs resident at once as 2x1 clusters on this GPU (queried once per process)."""
-        return _pair_ctas(self.device.index, self.sm_count)
+        """CTAs resident at once as 2x1 clusters, the least over the ranks (each rank's GPU
+        queried once per process, agreed at construction)."""
+        return self._pairs
 
     @property
     def quad_ctas(self) -> int:

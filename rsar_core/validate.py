@@ -35,6 +35,22 @@ def check_tuning(tuning: Any, bootstrap: Any) -> Tuning:
     return tuning
 
 
+def agree_hardware(bootstrap: Any, arch: str | None, sm_count: int,
+                   pair_ctas: int) -> tuple[str | None, int, int]:
+    """The (arch, SMs, CTAs resident as 2x1 clusters) every rank of ``bootstrap`` plans on.
+
+    A fused call's plan (its grid, tile order and rounds) must be one plan on every rank, or
+    a rank waits on a tile its peer never sends; boards of one model can differ in their GPC
+    layout (H100s hold 30 or 32 4x1 clusters, PERF.md (be)), so each rank's counts are
+    gathered and the least taken. Collective; ranks on different archs all raise together."""
+    mine = f"{arch or '-'} {int(sm_count)} {int(pair_ctas)}".encode()
+    seen = [b.decode().split() for b in bootstrap.allgather(mine)]
+    if any(a != seen[0][0] for a, _, _ in seen):
+        by_rank = "; ".join(f"rank {r}: {a}" for r, (a, _, _) in enumerate(seen))
+        raise UnsupportedError(f"every rank must run on one GPU architecture, got {by_rank}")
+    return arch, min(int(s) for _, s, _ in seen), min(int(p) for _, _, p in seen)
+
+
 def check_construction(max_M: int, N: int, world: int) -> None:
     for name, v in (("max_M", max_M), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int):

@@ -30,6 +30,7 @@ def planning_op(mode: str = "rs", transport: str = "unicast", arch: str = "sm_90
     op.dtype = dtype
     op.input_dtype = input_dtype if check_input_dtype(input_dtype, dtype) else dtype
     op.N, op.world, op.sm_count, op.mode, op.arch = N, world, sm_count, mode, arch
+    op._pairs = sm_count  # the agreed 2x1 occupancy (every SM, as the tests' GPU)
     op.all_reduce, op.transport = mode == "ar", transport
     op.tuning = tuning or Tuning()
     op._plans = {}
