@@ -15,9 +15,9 @@ shapes it moved.
 | ``choose_gemm_partial_width`` | sm90 plain GEMM (bf16), 1-CTA, K > 1024, a width not dividing N 5% cheaper | that width (a partial tile at N's edge) | (an) |
 | ``choose_gemm_pingpong`` / ``PINGPONG_EPILOGUE`` | sm90 plain GEMM (bf16), K <= 1024: M >= 4096, or 3+ tiles a lane and a modelled time below the cooperative plan's (its hidden epilogues against its extra rounds); K >= 4096: that model at ``PINGPONG_EPILOGUE_DEEP``, 160 / 176 / 192 wide from M=4096, 176 below | 2x1 clusters, ping-pong, widths <= 192 | (ai), (aq), (at), (au), (bb) |
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
-| ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 112 / 128 (at K >= 4096 64 / 80 / 96 / 112 / 128) filling one round | (aq), (bd) |
+| ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 80 / 96 / 112 / 128 filling one round | (aq), (bd), (bf) |
 | ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, N <= 3584, K >= 2048 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd), (be) |
-| ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, N >= 2048, K <= 2048 | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be) |
+| ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, N >= 2048, K <= 2048; M 192-256, N >= 4608 (``pairs_one_row``) | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be), (bf) |
 | ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
 | ``choose_small_m`` | fused, M <= 1024 | 64-wide peers-first / pairs along N / peers-first | (c), (g), (m), (o), (p) |
@@ -36,7 +36,7 @@ shapes it moved.
 | ``default_prefetch`` | sm90 fused, world 2, unicast | reductions load a sub-tile ahead | (j) |
 | ``default_early_copy`` | sm90 AR owner plans with the lag round | results copied back during the rounds | (l) |
 | ``default_push_window`` | sm90 AR owner plans, RS peers-first | one sub-tile's copies in flight | (n) |
-| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide and on 4x1 clusters, 80 / 96 pairs at K >= 4096 | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``) | (s), (t), (ao), (ap), (at), (bb), (bd) |
+| ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, on 4x1 clusters and 80 / 96-wide pairs; its 80-wide 128-row pairs at one pair row (``pairs_one_row``) | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``); 8 | (s), (t), (ao), (ap), (at), (bb), (bd), (bf) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
 | ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
@@ -404,12 +404,9 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
     return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
 
 
-# The widths 64-row tiles on 2x1 clusters were timed at (``choose_gemm_rows64_pairs``)
-ROWS64_PAIR_NS = (64, 112, 128)
-
-
-# and at K >= ``ROWS64_DEEP_MIN_K``, where the narrower 80 / 96 run deep (``rows64_deep``)
-ROWS64_PAIR_DEEP_NS = (64, 80, 96, 112, 128)
+# The widths 64-row tiles on 2x1 clusters were timed at (``choose_gemm_rows64_pairs``); 80 /
+# 96 run deep (``rows64_deep``)
+ROWS64_PAIR_NS = (64, 80, 96, 112, 128)
 
 
 def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int | None:
@@ -431,14 +428,16 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
     every pair) they tied or won at N 2880 / 5120 against ``choose_gemm_rows64``'s 1-CTA
     plans: no rule there yet.
 
-    At K >= 4096 the candidates are ``ROWS64_PAIR_DEEP_NS``: 80 / 96, which then run 11 / 10
-    stages (``rows64_deep``), come before 112. One H100, same-run A/B against the 112-wide
-    pairs at 8 stages (docs/PERF.md (bd), two seeded orders): 128 x 5120 x 4096 / 9216 80
-    wide at 11 stages +3.9 / +4.0% and +6.0 / +6.3% (96 wide at 10: +2.6..+4.5%)."""
+    80 / 96 wide, which run 11 / 10 stages (``rows64_deep``), come before 112. One H100,
+    same-run A/B against the 112-wide pairs at 8 stages (docs/PERF.md (bd), two seeded
+    orders): 128 x 5120 x 4096 / 9216 80 wide at 11 stages +3.9 / +4.0% and +6.0 / +6.3% (96
+    wide at 10: +2.6..+4.5%). One H200 at K 1024 / 2048 (PERF.md (bf), M 96 / 128, N 4608 /
+    5120 / 6144, two orders), against the 112-wide pairs then the default there: 80 wide
+    +10..+12% at N 4608 / 5120 (128 x 5120 x 1024 0.89x -> 0.99x cuBLAS), -10..-16% at N=6144
+    (two rounds); 96 wide +4..+8% at all 12. ``K`` is kept for callers (no K bound now)."""
     if not TILE_MS[0] < M <= BM:
         return None
-    widths = ROWS64_PAIR_DEEP_NS if K >= ROWS64_DEEP_MIN_K else ROWS64_PAIR_NS
-    return next((b for b in widths if ceil_div(N, b) <= clusters), None)
+    return next((b for b in ROWS64_PAIR_NS if ceil_div(N, b) <= clusters), None)
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
@@ -486,6 +485,12 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
 PAIRS_SHORT_NS = (80, 96)
 PAIRS_SHORT_MAX_K = 2048
 PAIRS_SHORT_MIN_N = 2048  # the narrowest N timed (narrower ones keep the cost model's widths)
+# One pair row (two 128-row tile rows of which the last holds 64 or more, M 192-256): from this
+# N, at every K, and the mainloop stages at each width (0: the kernel's own); one H200, PERF.md
+# (bf); M 129-191 (a shorter last row, 1-CTA at K <= 1024) and N < 4608 were not timed
+PAIRS_ONE_ROW_MIN_M = 192
+PAIRS_ONE_ROW_MIN_N = 4608
+PAIRS_ONE_ROW_STAGES = {80: 8, 96: 0}
 
 
 def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None:
@@ -502,11 +507,33 @@ def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None
     plan); 96 wide at N 2880 / 3072 +4..+9% at all 12 (512 x 2880 x 1024 0.92x -> 0.99x
     cuBLAS); at N=3584 neither fits (112-wide pairs ran as the default, -1..+1%). 80 wide
     where its pairs need two rounds (N=2880) -13..-25%. K >= 4096 at four tile rows:
-    ``choose_gemm_pairs96``."""
+    ``choose_gemm_pairs96``.
+
+    At one pair row (M ``PAIRS_ONE_ROW_MIN_M``-256) from N = ``PAIRS_ONE_ROW_MIN_N`` at every
+    K, at ``PAIRS_ONE_ROW_STAGES``, where the default ran 112-wide pairs or 1-CTA tiles (46 of
+    66 pairs busy at N=5120): one H200 (PERF.md (bf), same-run A/B against the default, two
+    seeded orders, five blocks; M 192 / 256, N 4608 / 5120 / 6144, K 1024 / 4096 / 9216): 80
+    wide at 8 stages +8..+24% at all 12 shapes of N 4608 / 5120 (256 x 5120 x 1024 0.93x ->
+    1.01x cuBLAS, x 9216 0.92x -> 1.09x); 96 wide +2..+10% at all 6 of N=6144 (80 wide there:
+    two rounds, -18..-29%). 64-row tiles on 4x1 clusters 192 wide at M 200-256, N 4608-5760
+    gained less (+0..+17%, +2..+4% at 256 x 5120)."""
+    if PAIRS_ONE_ROW_MIN_M <= M <= 2 * BM and N >= PAIRS_ONE_ROW_MIN_N:
+        return next((b for b in PAIRS_SHORT_NS if ceil_div(N, b) <= clusters), None)
     if not 2 * BM < M <= 4 * BM or K > PAIRS_SHORT_MAX_K or N < PAIRS_SHORT_MIN_N:
         return None
     pair_rows = ceil_div(ceil_div(M, BM), 2)
     return next((b for b in PAIRS_SHORT_NS if pair_rows * ceil_div(N, b) <= clusters), None)
+
+
+def pairs_one_row(plan: TilePlan) -> bool:
+    """Whether the plain sm90 GEMM's plan is ``choose_gemm_pairs_short``'s at one pair row:
+    128-row tiles 80 / 96 wide on 2x1 clusters along M, M ``PAIRS_ONE_ROW_MIN_M``-256, N >=
+    ``PAIRS_ONE_ROW_MIN_N`` (``default_stages`` gives it ``PAIRS_ONE_ROW_STAGES``: a
+    memory-bound round of two tile rows runs on its loads in flight; 80 wide was timed at 8,
+    the most that leave the ring 2 slots, PERF.md (bf))."""
+    return (plan.mode == "gemm" and plan.cta_group == 2 and not plan.pair_n and plan.bm == BM
+            and plan.bn in PAIRS_ONE_ROW_STAGES and PAIRS_ONE_ROW_MIN_M <= plan.M <= 2 * BM
+            and plan.N >= PAIRS_ONE_ROW_MIN_N)
 
 
 def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
@@ -670,12 +697,15 @@ ROWS64_FIT_STAGES = {64: 13, 80: 12, 96: 10, 112: 10, 128: 9}
 ROWS64_DEEP_STAGES = {64: 13, 80: 11, 96: 10, 128: 9}
 ROWS64_DEEP_MIN_K = 4096
 ROWS64_DEEP_ANY_K = (64,)  # the widths timed deep at K=1024 too
+ROWS64_PAIR_DEEP_ANY_K = (80, 96)  # and on 2x1 clusters (one H200, PERF.md (bf))
 
 
 def rows64_deep(plan: TilePlan) -> bool:
     """Whether the plain sm90 GEMM's plan of 64-row tiles (``choose_gemm_rows64``,
     ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64 wide
-    and 4x1 clusters at any K, 80 / 96 at a plan depth K >= 4096. A 64-row tile's k-block is
+    and 4x1 clusters at any K, 80 / 96 on 2x1 clusters at any K (one H200, PERF.md (bf), at
+    K 1024 / 2048 in ``choose_gemm_rows64_pairs``'s A/B), on 1-CTA tiles at a plan depth K >=
+    4096. A 64-row tile's k-block is
     small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in flight where a
     128-row tile's keep 190), and these memory-bound rounds run on the loads in flight. cuBLAS
     runs 64-row tiles at 10-13 stages at these shapes (docs/PERF.md (bc)).
@@ -691,6 +721,8 @@ def rows64_deep(plan: TilePlan) -> bool:
     if plan.mode != "gemm" or plan.bm != TILE_MS[0] or plan.sk:
         return False
     if plan.bn in ROWS64_DEEP_ANY_K or (plan.cta_group == QUAD and plan.bn in ROWS64_DEEP_STAGES):
+        return True
+    if plan.cta_group == 2 and plan.bn in ROWS64_PAIR_DEEP_ANY_K:
         return True
     # 128 wide only on 4x1 clusters (above): 2x1 pairs that wide were not timed deeper
     return plan.bn in ROWS64_DEEP_STAGES and plan.K >= ROWS64_DEEP_MIN_K and plan.bn != 128
@@ -761,6 +793,8 @@ def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
         return NARROW_PAIR_STAGES
     if tma_store and not pingpong and rows64_deep(plan):
         return ROWS64_DEEP_STAGES[plan.bn]
+    if tma_store and not pingpong and pairs_one_row(plan):
+        return PAIRS_ONE_ROW_STAGES[plan.bn]
     if tma_store and plan.mode == "gemm" and pingpong and (plan.K <= 1024 or plan.K >= 4096):
         return 5 if plan.cta_group == 2 and plan.bn in PINGPONG_FIVE_STAGE_NS else 0
     if tma_store and plan.mode == "gemm" and plan.K <= 1024:

@@ -197,6 +197,9 @@
 #            then (be)'s leads: 64-row pairs 80-112 wide deep at M 96 / 128, K <= 2048, N
 #            4608-6144 (128 x 5120 x 1024 0.93x), 4x1 clusters 160 / 192 wide at M 200-256,
 #            N 4608-5760; two seeded orders
+#   small-m-bf  (1 GPU) PERF.md (bf)'s rules against the plans they replaced: 64-row pairs 80
+#            / 96 wide at K <= 2048 (M 80-128, N 4352-5760); 128-row pairs 80 / 96 wide at one
+#            pair row off (bf)'s A/B (M 192-256, N 4864-6144, K 1024-9216); two orders
 #   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
 #            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
 #            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
@@ -236,7 +239,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -652,6 +655,18 @@ for s in "$@"; do
         gemm_step "small_m_quads192_$seed" 150 --shuffle $seed --blocks 5 \
           --columns default,c4+bm64+bn192+stages6,c4+bm64+bn160+stages7 \
           --shapes "$(shapes "200 224 256" "4608 5120 5760" "1024 2048 4096")"
+      done ;;
+    small-m-bf)  # PERF.md (bf): the rules (bf) took, each against the plan it replaced
+      for seed in ${SMALL_M_SEEDS:-97 98}; do
+        gemm_step "bf_pairs64_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bm64+bn112 --shapes "$(shapes "80 112 128" "4352 5120 5760" "1024 2048")"
+        gemm_step "bf_k1024_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn112 --shapes "$(shapes "200 224" "4864 5120" 1024)"
+        gemm_step "bf_k2048_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn112 --shapes "$(shapes "192 224 256" "4864 5120 6144" 2048)"
+        gemm_step "bf_deep_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn112+stages7,c4+bm64+bn192+stages6 \
+          --shapes "$(shapes "200 224" "4864 5760" "4096 9216")"
       done ;;
     small-m-fill)  # PERF.md (be)
       for seed in ${SMALL_M_SEEDS:-93 94}; do

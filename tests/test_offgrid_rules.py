@@ -37,11 +37,12 @@ def test_gemm_takes_a_dividing_width(M, N, K, bn, cta_group):
 
 
 @pytest.mark.parametrize("M,N,want", [(256, 3584, 64), (192, 4096, 64), (160, 2048, 64),
-                                      (256, 5120, 112), (256, 7168, 112), (384, 2880, 96)])
+                                      (256, 4352, 112), (256, 5120, 80), (256, 7168, 112),
+                                      (384, 2880, 96)])
 def test_two_tile_rows_at_short_k_run_64_wide(M, N, want):
-    """Where both rows of 64-wide tiles fit one round (N <= 4224); at N=5120 they would not,
-    and from three tile rows the other rules decide (96-wide pairs at 384 x 2880:
-    ``choose_gemm_pairs_short``). (At M 193-256 and N <= 2880 (3072 on an H100 holding 32) the 4x1
+    """Where both rows of 64-wide tiles fit one round (N <= 4224); at N 4352 / 5120 they would
+    not, and there as from three tile rows the other rules decide (80 / 96-wide pairs at 256 x
+    5120 and 384 x 2880: ``choose_gemm_pairs_short``). (At M 193-256 and N <= 2880 (3072 on an H100 holding 32) the 4x1
     clusters go first: ``choose_gemm_quads``, tests/test_small_m_deep.py.)"""
     p, _ = _plan(M, N, 1024)
     assert p.bn == want

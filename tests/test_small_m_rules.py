@@ -445,7 +445,7 @@ def test_pingpong_knob(variants):
 @pytest.mark.parametrize("M,N,K,want", [
     (256, 7168, 1024, True), (200, 7168, 1024, True), (256, 8192, 1024, True),
     (240, 8192, 512, True),
-    (256, 5120, 1024, False), (256, 2880, 1024, False),  # rounds filling 92 / 52 SMs
+    (256, 4352, 1024, False), (256, 2880, 1024, False),  # rounds filling 78 / 52 SMs
     (128, 7168, 1024, False), (257, 7168, 1024, False), (512, 8192, 1024, False)])
 def test_gemm_pairs_two_tile_rows_at_short_k(M, N, K, want):
     """``choose_gemm_pairs_full_round``: the bf16 GEMM alone at K <= 1024 pairs its two tile
@@ -482,7 +482,7 @@ def test_gemm_tail_row_one_cta(M, N, K):
     gets; at longer K the pairs stay. Either way x's box is on that row; with the box off, in
     fp16 (unmeasured), from 65 rows in the last row and in the fused ops, the plans stay."""
     from launch import Dtypes, Hardware, Shape, Tuning, resolve
-    from launch.rules import choose_gemm_tail_one_cta
+    from launch.rules import choose_gemm_tail_one_cta, pairs_one_row
     hw = Hardware("sm_90a", 132)
     plan, v = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast")
     unboxed, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(x_box=False))
@@ -491,6 +491,10 @@ def test_gemm_tail_row_one_cta(M, N, K):
     assert choose_gemm_tail_one_cta(M, K) is (M <= 192 and K <= 1024)
     if plan.cta_group == 4:  # choose_gemm_quads (tests/test_small_m_deep.py) goes first
         assert M > 192 and K != 2048 and plan.bm == 64
+        return
+    if pairs_one_row(plan):  # and choose_gemm_pairs_short's one pair row (PERF.md (bf))
+        assert M >= 192 and N >= 4608 and plan.bn in (80, 96)
+        assert v.x_rows == (64 if M == 192 else 0)
         return
     if moved:
         assert plan == one_cta
