@@ -705,10 +705,10 @@ def rows64_deep(plan: TilePlan) -> bool:
     ``choose_gemm_rows64_pairs``, ``choose_gemm_quads``) runs ``ROWS64_DEEP_STAGES``: 64 wide
     and 4x1 clusters at any K, 80 / 96 on 2x1 clusters at any K (one H200, PERF.md (bf), at
     K 1024 / 2048 in ``choose_gemm_rows64_pairs``'s A/B), on 1-CTA tiles at a plan depth K >=
-    4096. A 64-row tile's k-block is
-    small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages keep 128 KiB in flight where a
-    128-row tile's keep 190), and these memory-bound rounds run on the loads in flight. cuBLAS
-    runs 64-row tiles at 10-13 stages at these shapes (docs/PERF.md (bc)).
+    4096. A 64-row tile's k-block is small (64 x 64 tiles: 16 KiB, so the kernel's 8 stages
+    keep 128 KiB in flight where a 128-row tile's keep 190), and these memory-bound rounds
+    run on the loads in flight. cuBLAS runs 64-row tiles at 10-13 stages at these shapes
+    (docs/PERF.md (bc)).
 
     One H100, same-run A/B (docs/PERF.md (bd), two seeded orders, five blocks): 128 x 2880
     x 4096 / 9216 at 13 stages (64 wide, 2x1 clusters) +11 / +12% and +16 / +16%; 64 x 80
