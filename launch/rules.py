@@ -404,6 +404,14 @@ def choose_gemm_rows64(M: int, N: int, sm_count: int) -> bool:
     return M <= 64 and N >= ROWS64_BN and ceil_div(N, ROWS64_BN) <= sm_count
 
 
+def narrowest_one_round(widths: tuple[int, ...], N: int, clusters: int,
+                        cluster_rows: int = 1) -> int | None:
+    """The first of ``widths`` (narrowest first) whose tile columns, ``cluster_rows`` clusters
+    each, fit one round of ``clusters``: the small-M rules' arithmetic (the narrowest width
+    keeps the most SMs on w's stream, one round leaves none idle at its end)."""
+    return next((b for b in widths if cluster_rows * ceil_div(N, b) <= clusters), None)
+
+
 # The widths 64-row tiles on 2x1 clusters were timed at (``choose_gemm_rows64_pairs``); 80 /
 # 96 run deep (``rows64_deep``)
 ROWS64_PAIR_NS = (64, 80, 96, 112, 128)
@@ -437,7 +445,7 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
     (two rounds); 96 wide +4..+8% at all 12. ``K`` is kept for callers (no K bound now)."""
     if not TILE_MS[0] < M <= BM:
         return None
-    return next((b for b in ROWS64_PAIR_NS if ceil_div(N, b) <= clusters), None)
+    return narrowest_one_round(ROWS64_PAIR_NS, N, clusters)
 
 
 # The widths 64-row tiles on 4x1 clusters run at (``choose_gemm_quads``): w's tile splits
@@ -478,7 +486,7 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     if not 3 * TILE_MS[0] < M <= 4 * TILE_MS[0] or N > QUAD_MAX_N:
         return None
     widths = QUAD_NS if K >= QUAD_MIN_K else QUAD_NS[:1] if K <= QUAD_SHORT_K else ()
-    return next((b for b in widths if ceil_div(N, b) <= clusters), None)
+    return narrowest_one_round(widths, N, clusters)
 
 
 # The pair widths ``choose_gemm_pairs_short`` takes, narrowest first, and the deepest K timed
@@ -518,11 +526,10 @@ def choose_gemm_pairs_short(M: int, N: int, K: int, clusters: int) -> int | None
     two rounds, -18..-29%). 64-row tiles on 4x1 clusters 192 wide at M 200-256, N 4608-5760
     gained less (+0..+17%, +2..+4% at 256 x 5120)."""
     if PAIRS_ONE_ROW_MIN_M <= M <= 2 * BM and N >= PAIRS_ONE_ROW_MIN_N:
-        return next((b for b in PAIRS_SHORT_NS if ceil_div(N, b) <= clusters), None)
+        return narrowest_one_round(PAIRS_SHORT_NS, N, clusters)
     if not 2 * BM < M <= 4 * BM or K > PAIRS_SHORT_MAX_K or N < PAIRS_SHORT_MIN_N:
         return None
-    pair_rows = ceil_div(ceil_div(M, BM), 2)
-    return next((b for b in PAIRS_SHORT_NS if pair_rows * ceil_div(N, b) <= clusters), None)
+    return narrowest_one_round(PAIRS_SHORT_NS, N, clusters, ceil_div(ceil_div(M, BM), 2))
 
 
 def pairs_one_row(plan: TilePlan) -> bool:
@@ -742,7 +749,7 @@ def choose_gemm_pairs96(plan: TilePlan, clusters: int) -> bool:
     3072, K 4096 / 9216: +4..+10% at all 12 shapes in both (512 x 2880 x 9216 +5 / +5%,
     448 x 2560 x 4096 +10 / +9%). At three tile rows not timed."""
     return (narrow_pairs_deep(plan) and plan.tiles_m == 4
-            and plan.tiles_m // 2 * ceil_div(plan.N, PAIRS96_BN) <= clusters)
+            and narrowest_one_round((PAIRS96_BN,), plan.N, clusters, plan.tiles_m // 2) is not None)
 
 
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,
