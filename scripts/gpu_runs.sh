@@ -200,6 +200,11 @@
 #   small-m-bf  (1 GPU) PERF.md (bf)'s rules against the plans they replaced: 64-row pairs 80
 #            / 96 wide at K <= 2048 (M 80-128, N 4352-5760); 128-row pairs 80 / 96 wide at one
 #            pair row off (bf)'s A/B (M 192-256, N 4864-6144, K 1024-9216); two orders
+#   small-m-h200  (1 GPU) what (bf) left below 0.97x at small M on an H200: 128-row tiles on 4x1
+#            clusters 96 / 128 wide at three / four tile rows of N=2880 (one cluster a
+#            column: 30 columns of 96 fill 30 clusters); 64-row pairs against the 4x1 clusters
+#            at 224 / 256 x 2880, K >= 4096; the one-pair-row rule's 80 wide at the kernel's 7
+#            stages against its 8; two orders
 #   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
 #            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
 #            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
@@ -239,7 +244,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -667,6 +672,16 @@ for s in "$@"; do
         gemm_step "bf_deep_$seed" 150 --shuffle $seed --blocks 5 \
           --columns default,c2+bn112+stages7,c4+bm64+bn192+stages6 \
           --shapes "$(shapes "200 224" "4864 5760" "4096 9216")"
+      done ;;
+    small-m-h200)  # what (bf) left below 0.97x at small M on the H200
+      for seed in ${SMALL_M_SEEDS:-101 102}; do
+        gemm_step "h200_rows4_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c4+bn96,c4+bn128,c2+bn80 --shapes "$(shapes "384 448 512" 2880 "1024 4096 9216")"
+        gemm_step "h200_quads_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bm64+bn96+stages10,c4+bm64+bn128+stages9 \
+          --shapes "$(shapes "224 256" 2880 "4096 9216")"
+        gemm_step "h200_pairs80_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c2+bn80,c2+bn96 --shapes "$(shapes "192 256" "4608 5120" "1024 2048")"
       done ;;
     small-m-fill)  # PERF.md (be)
       for seed in ${SMALL_M_SEEDS:-93 94}; do
