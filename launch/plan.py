@@ -78,7 +78,7 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
     elif mode == "gemm" and bm is None and not sk and _sm90_unforced(arch, bn, cta_group, lag,
                                                                     pair_n):
         pairs = _clusters(sm_count, pair_ctas, 2)
-        pair_bn = choose_gemm_rows64_pairs(M, N, pairs, K)
+        pair_bn = choose_gemm_rows64_pairs(M, N, pairs)
         quad_bn = choose_gemm_quads(M, N, K, _clusters(sm_count, quad_ctas, QUAD))
         short_bn = fine and choose_gemm_pairs_short(M, N, K, pairs)
         if pair_bn:

@@ -417,7 +417,7 @@ def narrowest_one_round(widths: tuple[int, ...], N: int, clusters: int,
 ROWS64_PAIR_NS = (64, 80, 96, 112, 128)
 
 
-def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int | None:
+def choose_gemm_rows64_pairs(M: int, N: int, clusters: int) -> int | None:
     """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 64-row tiles on 2x1
     clusters along M, or None (the other rules): at 64 < M <= 128, the narrowest of
     ``ROWS64_PAIR_NS`` whose tile columns fit one round of ``clusters``. The pair's two
@@ -442,7 +442,7 @@ def choose_gemm_rows64_pairs(M: int, N: int, clusters: int, K: int = 0) -> int |
     wide at 10: +2.6..+4.5%). One H200 at K 1024 / 2048 (PERF.md (bf), M 96 / 128, N 4608 /
     5120 / 6144, two orders), against the 112-wide pairs then the default there: 80 wide
     +10..+12% at N 4608 / 5120 (128 x 5120 x 1024 0.89x -> 0.99x cuBLAS), -10..-16% at N=6144
-    (two rounds); 96 wide +4..+8% at all 12. ``K`` is kept for callers (no K bound now)."""
+    (two rounds); 96 wide +4..+8% at all 12. So the widths do not depend on K."""
     if not TILE_MS[0] < M <= BM:
         return None
     return narrowest_one_round(ROWS64_PAIR_NS, N, clusters)
@@ -749,7 +749,7 @@ def choose_gemm_pairs96(plan: TilePlan, clusters: int) -> bool:
     3072, K 4096 / 9216: +4..+10% at all 12 shapes in both (512 x 2880 x 9216 +5 / +5%,
     448 x 2560 x 4096 +10 / +9%). At three tile rows not timed."""
     return (narrow_pairs_deep(plan) and plan.tiles_m == 4
-            and narrowest_one_round((PAIRS96_BN,), plan.N, clusters, plan.tiles_m // 2) is not None)
+            and plan.tiles_m // 2 * ceil_div(plan.N, PAIRS96_BN) <= clusters)
 
 
 def default_stages(arch: str, transport: str, push: str, plan: TilePlan,

@@ -122,8 +122,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         if cta_group not in CTA_GROUPS:
             raise ValueError(f"cta_group must be one of {CTA_GROUPS}, got {cta_group}")
         if cta_group == QUAD:
-            why = quad_refusal(mode, v.arch, bn, in_dtype, [k for k, on in zip(
-                QUAD_CLASHES, (sk, pingpong, pair_n)) if on])
+            why = quad_refusal(mode, v.arch, bn, in_dtype,
+                               [k for k in QUAD_CLASHES if getattr(v, k)])
             if why:
                 raise ValueError(f"4x1 clusters run the plain GEMM of bf16 / fp16 operands "
                                  f"along M: {why}; got {v.describe()}")

@@ -68,14 +68,13 @@ def test_plans_and_tuning():
     assert make_plan(200, 7168, 4096, 2, 132, "gemm", bm=64, bn=112).tiles_n == 64
     assert make_plan(200, 7168, 4096, 2, 132, "gemm").bm == 128
     assert make_plan(300, 7168, 4096, 2, 132, "gemm", bm=64, sk=True).sk > 1
-    # choose_gemm_rows64_pairs: 64 < M <= 128, the narrowest of 64 / 112 / 128 whose tile
-    # columns fit one round of 2x1 clusters; None where none does (N=10240) or outside M
+    # choose_gemm_rows64_pairs: 64 < M <= 128, the narrowest of 64 / 80 / 96 / 112 / 128 whose
+    # tile columns fit one round of 2x1 clusters; None where none does (N=10240) or outside M
     from launch.rules import choose_gemm_rows64_pairs
-    # (at K >= 4096 also 80 / 96: tests/test_small_m_deep.py)
     for M, N, want in ((65, 2880, 64), (128, 2880, 64), (100, 5120, 80), (128, 7168, 112),
                        (80, 8192, 128), (128, 10240, None), (64, 7168, None),
                        (129, 7168, None)):
-        assert choose_gemm_rows64_pairs(M, N, 66, 4096) == want, (M, N)
+        assert choose_gemm_rows64_pairs(M, N, 66) == want, (M, N)
         p = make_plan(M, N, 4096, 2, 132, "gemm", bm=None)
         if want:
             assert (p.bm, p.bn, p.cta_group, p.band) == (64, want, 2, 8), (M, N)

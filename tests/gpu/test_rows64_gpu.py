@@ -74,7 +74,7 @@ def test_default_small_m_rules(comm, M, N, K):
     if p.cta_group == 1:  # the rules count this GPU's clusters: H100s hold 30 to 32 of 4
         pairs, quads = op.pair_ctas // 2, op.quad_ctas // 4
         assert choose_gemm_quads(M, N, K, quads) is None, (p, quads)
-        assert choose_gemm_rows64_pairs(M, N, pairs, K) is None, (p, pairs)
+        assert choose_gemm_rows64_pairs(M, N, pairs) is None, (p, pairs)
         pytest.skip(f"no cluster plan at {M} x {N} x {K} on {pairs} 2x1 / {quads} 4x1 clusters")
     x, w = rank_inputs(M * 19 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, bm=p.bm, bn=p.bn, cta_group=1) as single:
