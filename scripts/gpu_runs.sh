@@ -205,6 +205,11 @@
 #            column: 30 columns of 96 fill 30 clusters); 64-row pairs against the 4x1 clusters
 #            at 224 / 256 x 2880, K >= 4096; the one-pair-row rule's 80 wide at the kernel's 7
 #            stages against its 8; two orders
+#   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
+#            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
+#            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
+#            promotion of 256 B and ping-pong on the 112-wide pairs (k1024-sweep's forms,
+#            which ran on an H100 only); two orders
 #   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
 #            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
 #            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
@@ -244,7 +249,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -682,6 +687,12 @@ for s in "$@"; do
           --shapes "$(shapes "224 256" 2880 "4096 9216")"
         gemm_step "h200_pairs80_$seed" 150 --shuffle $seed --blocks 5 \
           --columns default,c2+bn80,c2+bn96 --shapes "$(shapes "192 256" "4608 5120" "1024 2048")"
+      done ;;
+    h200-grid)  # the grid's shapes below 0.97x on the H200 (bf): the forms k1024-sweep ran on an H100
+      for seed in ${SMALL_M_SEEDS:-103 104}; do
+        gemm_step "h200_grid_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,stages5,stages6,stages7,c2+bn224,c2+bm64+bn112+stages10,tp256,c2+bn112+pp \
+          --shapes "128,7168,1024;128,8192,1024;256,7168,1024;256,8192,1024;256,8192,4096;512,7168,1024"
       done ;;
     small-m-fill)  # PERF.md (be)
       for seed in ${SMALL_M_SEEDS:-93 94}; do
