@@ -204,7 +204,9 @@
 #            clusters 96 / 128 wide at three / four tile rows of N=2880 (one cluster a
 #            column: 30 columns of 96 fill 30 clusters); 64-row pairs against the 4x1 clusters
 #            at 224 / 256 x 2880, K >= 4096; the one-pair-row rule's 80 wide at the kernel's 7
-#            stages against its 8; two orders
+#            stages against its 8; one round of 1-CTA tiles 96-192 wide cut along K (the
+#            split-K pieces, never timed below M=264) at 256 / 512 x 2880 and 256 x 5120, K >=
+#            4096; two orders
 #   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
 #            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
@@ -687,6 +689,9 @@ for s in "$@"; do
           --shapes "$(shapes "224 256" 2880 "4096 9216")"
         gemm_step "h200_pairs80_$seed" 150 --shuffle $seed --blocks 5 \
           --columns default,c2+bn80,c2+bn96 --shapes "$(shapes "192 256" "4608 5120" "1024 2048")"
+        gemm_step "h200_split_$seed" 150 --shuffle $seed --blocks 5 \
+          --columns default,c1+bn96+sk,c1+bn144+sk,c1+bn160+sk,c1+bn192+sk \
+          --shapes "$(shapes "256 512" 2880 "4096 9216");$(shapes 256 5120 "4096 9216")"
       done ;;
     h200-grid)  # the grid's shapes below 0.97x on the H200 (bf): the forms k1024-sweep ran on an H100
       for seed in ${SMALL_M_SEEDS:-103 104}; do
