@@ -189,6 +189,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError("64-row tiles run the plain GEMM of bf16 / fp16 operands on 1-CTA "
                              "tiles or 2x1 clusters along M, without ping-pong or pairs along N")
         self.x_rows = v.x_rows or self.bm
+        # x's tail boxes in tiles of the box's rows where it divides the tile, else one a tile
+        self.x_step = self.bm // self.x_rows if self.bm % self.x_rows == 0 else 1
         if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or not has_x_box(
                 mode, v.pair_n, in_dtype, self.pingpong, v.arch)):
             raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
@@ -524,8 +526,17 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         # atoms were made on x's one (M, K) tensor, so mX's coordinates are mA's: gX tiles mA
         tXsX, tXgX = tAsA, tAgA
         if cutlass.const_expr(self.x_rows != self.bm):
-            gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
-            sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
+            if cutlass.const_expr(self.bm % self.x_rows == 0):
+                gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
+                sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
+            else:
+                # a box past half the tile (80 / 96 / 112 rows) divides no tile: the first
+                # x_rows rows of each of gA's tiles and of each of sA's stages
+                gX = cute.make_tensor(gA.iterator, cute.make_layout(
+                    (self.x_rows, self.bk, gA.shape[2], gA.shape[3]), stride=gA.stride))
+                sX = cute.composition(sA, cute.make_layout(
+                    (self.x_rows, self.bk, self.ab_stage),
+                    stride=(1, self.bm, self.bm * self.bk)))
             tXsX, tXgX = cute.nvgpu.cpasync.tma_partition(
                 tma_x, 0, cute.make_layout(1),
                 cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2))
@@ -626,7 +637,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
         tAgA_t = tAgA[(None, tm, None)]
         tail = tm == tiles_m - Int32(1)
-        tXgX_t = tXgX[(None, tm * Int32(self.bm // self.x_rows), None)]
+        tXgX_t = tXgX[(None, tm * Int32(self.x_step), None)]
         tBgB_t = tBgB[(None, tn, None)]
         prod.reset_count()
         n_k = k_hi - k_lo

@@ -207,6 +207,11 @@
 #            stages against its 8; one round of 1-CTA tiles 96-192 wide cut along K (the
 #            split-K pieces, never timed below M=264) at 256 / 512 x 2880 and 256 x 5120, K >=
 #            4096; two orders
+#   x-box-wide  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) x's boxes of 80 / 96 / 112 rows on a
+#            last tile row of 65-112 (``launch.rules.X_BOX_PAST_HALF``, built, never run):
+#            tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's result), then the
+#            default (whole boxes there) against x_box=True at M 200-2000 whose last row holds
+#            72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216; two orders
 #   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
 #            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
@@ -251,7 +256,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid x-box-wide small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -692,6 +697,13 @@ for s in "$@"; do
         gemm_step "h200_split_$seed" 150 --shuffle $seed --blocks 5 \
           --columns default,c1+bn96+sk,c1+bn144+sk,c1+bn160+sk,c1+bn192+sk \
           --shapes "$(shapes "256 512" 2880 "4096 9216");$(shapes 256 5120 "4096 9216")"
+      done ;;
+    x-box-wide)  # launch.rules.X_BOX_PAST_HALF: the GPU test, then its A/B (xb: x_box=True)
+      step x_box_wide_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_x_loads_gpu.py -k "on_pairs or test_gemm_only_x_box"
+      for seed in ${SMALL_M_SEEDS:-107 108}; do
+        gemm_step "x_box_wide_$seed" 200 --shuffle $seed --blocks 5 --columns default,xb \
+          --shapes "$(shapes "200 224 240 720 1000 1100 2000" "2880 5120 7168" "1024 9216")"
       done ;;
     h200-grid)  # the grid's shapes below 0.97x on the H200 (bf): the forms k1024-sweep ran on an H100
       for seed in ${SMALL_M_SEEDS:-103 104}; do

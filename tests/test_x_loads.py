@@ -11,7 +11,7 @@ import pytest
 from launch import Dtypes, Hardware, Shape, Tuning, resolve
 from launch.geometry import X_ROWS
 from launch.resolve import x_rows_for
-from launch.rules import choose_x_box
+from launch.rules import X_BOX_PAST_HALF, choose_x_box
 from rsar_core.errors import RsarValueError
 
 H100 = Hardware("sm_90a", 132)
@@ -39,8 +39,9 @@ def test_x_box_rows_on_64_row_tiles(M, rows):
                    tuning=Tuning(x_box=False))[1].x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 0), (128, 0),
-                                    (129, 8), (192, 64), (200, 0), (256, 0), (300, 64),
+@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 80), (100, 112),
+                                    (112, 112), (113, 0), (128, 0), (129, 8), (192, 64),
+                                    (200, 80), (224, 96), (240, 112), (256, 0), (300, 64),
                                     (4097, 8)])
 def test_x_box_rows_on_128_row_tiles(M, rows):
     """fp16 keeps the 128-row plans at small M: boxes up to 64 rows there, on the last tile
@@ -64,20 +65,34 @@ def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
     assert v.x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 0)])
+@pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 80),
+                                    (1150, 0)])
 def test_x_box_on_pairs(M, rows):
     """2x1 clusters along M box the last tile row as 1-CTA tiles do (the pair's padding tile
     reloads that row, so it loads the box too), by default (the rule) and where a Tuning
-    asks; x_box=False keeps whole boxes; pairs along N have no box."""
+    asks (the rule's boxes past 64 rows only with ``X_BOX_PAST_HALF``); x_box=False keeps
+    whole boxes; pairs along N have no box."""
     for t in (Tuning(cta_group=2, bn=128, x_box=True), Tuning(cta_group=2, bn=128)):
         plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast", tuning=t)
-        assert plan.cta_group == 2 and not plan.pair_n and v.x_rows == rows
+        want = rows if t.x_box or X_BOX_PAST_HALF or rows <= 64 else 0
+        assert plan.cta_group == 2 and not plan.pair_n and v.x_rows == want
     plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
                       tuning=Tuning(cta_group=2, bn=128, x_box=False))
     assert plan.cta_group == 2 and v.x_rows == 0
     plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
                       tuning=Tuning(cta_group=2, bn=128, pair_n=True))
     assert plan.pair_n and v.x_rows == 0
+
+
+@pytest.mark.parametrize("M,rows", [(65, 80), (200, 80), (224, 96), (240, 112), (1000, 112)])
+def test_boxes_past_half_a_tile_follow_their_switch(M, rows):
+    """The rule's box (x_box None) takes 80 / 96 / 112 rows only while ``X_BOX_PAST_HALF``
+    says so (whole boxes otherwise); an explicit x_box=True always may."""
+    t = dict(cta_group=1, bn=128)
+    for x_box, want in ((True, rows), (None, rows if X_BOX_PAST_HALF else 0)):
+        plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast", Dtypes("f16"),
+                          Tuning(x_box=x_box, **t))
+        assert plan.bm == 128 and v.x_rows == want
 
 
 def test_x_box_rows_are_whole_swizzle_atoms():
@@ -106,7 +121,7 @@ def test_kernel_refuses_a_box_it_cannot_load(v):
         Sm90FusedKernel(Variant("sm_90a", 112, 2, mode, "unicast", cg, **fields))
 
 
-@pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (128, 64)])
+@pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (128, 64), (128, 80), (128, 112)])
 def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
     """Each stage expects x's box of ``rows`` rows and w's tile (the last tile row's loads),
     and nothing else moves."""

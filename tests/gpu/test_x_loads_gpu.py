@@ -31,11 +31,12 @@ def _dev() -> torch.device:
 @pytest.mark.parametrize("N", [7168, 2880])
 @pytest.mark.parametrize("M,K", [(1, 64), (1, 4096), (7, 1024), (8, 9216), (9, 4096),
                                  (17, 960), (32, 4096), (33, 1024), (63, 9216), (64, 4096),
-                                 (65, 1024), (129, 4096), (190, 960), (1000, 9216),
-                                 (3000, 4096)])
+                                 (65, 1024), (100, 4096), (129, 4096), (190, 960),
+                                 (1000, 9216), (3000, 4096)])
 def test_gemm_only_x_box(comm, M, K, N, form):
     """The box on the last tile row of any M: the only tile row below 64 rows, or the
-    partial last one of several (M=129: a box of 8 rows after a whole tile row)."""
+    partial last one of several (M=129: a box of 8 rows after a whole tile row; M=1000: 112
+    of 128, a box that divides no tile)."""
     op = get_op(comm, N, False)
     x, w = rank_inputs(M * 5 + K + N, op.rank, M, N, K, _dev())
     with knobs(op, x_box=True, cta_group=1, **form) as boxed, \
@@ -53,8 +54,9 @@ def test_gemm_only_x_box(comm, M, K, N, form):
 @pytest.mark.parametrize("form", [{"bn": 256}, {"bn": 128}, {"bn": 224, "tma_store": False}],
                          ids=["bn256", "bn128", "bn224ts0"])
 @pytest.mark.parametrize("N", [7168, 2880])
-@pytest.mark.parametrize("M,K", [(129, 4096), (200, 1024), (300, 4096), (520, 9216),
-                                 (640, 1024), (1100, 4096), (3000, 960)])
+@pytest.mark.parametrize("M,K", [(129, 4096), (200, 1024), (224, 9216), (240, 1024),
+                                 (300, 4096), (520, 9216), (640, 1024), (1100, 4096),
+                                 (3000, 960)])
 def test_gemm_only_x_box_on_pairs(comm, M, K, N, form):
     """2x1 clusters along M: the last tile row's box on either CTA of a pair, and the pair's
     padding tile (an odd row count) reloading that row in the box too; where the box is at
