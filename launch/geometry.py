@@ -123,8 +123,9 @@ BM = 128
 # clusters along M, the pair's two 64-row tiles sharing w's tile)
 TILE_MS = (64, 128)
 # Rows of x's box per k-block on a last tile row of at most that many rows, fewer than the
-# tile's (``Variant.x_rows``): whole 8-row atoms of the 128-byte swizzle; past 64, steps of 16
-X_ROWS = (8, 16, 32, 64, 80, 96, 112)
+# tile's (``Variant.x_rows``): whole 8-row atoms of the 128-byte swizzle, from 16 in steps of
+# 16 (48, 80, 96 and 112 divide no tile: ``launch.rules.X_BOX_UNEVEN``)
+X_ROWS = (8, 16, 32, 48, 64, 80, 96, 112)
 BK = 64  # a bf16 / fp16 k-block; fp8's holds 128 elements in the same bytes (plan_depth)
 EPI_N = 32
 MODES = ("rs", "ar", "gemm")

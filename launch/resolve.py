@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import (BLACKWELL, BM, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS,
+from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS,
                        TilePlan, ceil_div, plan_depth)
 from .plan import make_plan, push_plan
-from .rules import (X_BOX_PAST_HALF, auto_push_all, choose_gemm_l2_hint, choose_x_box,
+from .rules import (X_BOX_UNEVEN, auto_push_all, choose_gemm_l2_hint, choose_x_box,
                     default_early_copy,
                     default_lean_exit, default_prefetch, default_push, default_push_window,
                     default_stages, default_tma_store)
@@ -104,8 +104,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         lean_exit = default_lean_exit(arch, transport, mode)
     else:
         lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
-    past_half = t.x_box is True or X_BOX_PAST_HALF
-    x_rows = x_rows_for(shape.M, plan, dtypes, arch, bool(pingpong), past_half) if x_box else 0
+    uneven = t.x_box is True or X_BOX_UNEVEN
+    x_rows = x_rows_for(shape.M, plan, dtypes, arch, bool(pingpong), uneven) if x_box else 0
     if t.epi_slots or not sm90:
         stages = 0
     else:
@@ -183,16 +183,16 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
-               pingpong: bool = False, past_half: bool = True) -> int:
+               pingpong: bool = False, uneven: bool = True) -> int:
     """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
     (``Variant.x_rows``): the fewest of ``X_ROWS`` that hold that row's
     ``M - (tiles_m - 1) * bm`` rows where that is fewer than the tile's, on a kernel that has
     the box (``has_x_box``: not ping-pong warp groups, not sm100); else 0, the tile's rows.
-    ``past_half``: boxes past half a 128-row tile (80 / 96 / 112 rows) may be taken."""
+    ``uneven``: boxes that divide no tile (48 / 80 / 96 / 112 rows) may be taken."""
     if M < 1 or not has_x_box(plan.mode, plan.pair_n, dtypes.operands, pingpong, arch):
         return 0
     tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
-    return next((r for r in X_ROWS if tail <= r < plan.bm and (past_half or 2 * r <= BM)), 0)
+    return next((r for r in X_ROWS if tail <= r < plan.bm and (uneven or plan.bm % r == 0)), 0)
 
 
 def _fill_rules(shape: Shape, dtypes: Dtypes) -> bool:

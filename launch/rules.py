@@ -581,16 +581,16 @@ def choose_x_box(mode: str, M: int) -> bool:
     return mode == "gemm"
 
 
-# Whether the rule's box (``choose_x_box``) also takes the boxes past half a 128-row tile (80 /
-# 96 / 112 rows, a last tile row of 65-112 rows; ``launch.resolve.x_rows_for``), which are
-# otherwise whole boxes the TMA fills with up to 63 zero rows. Built and compiled (sm_90a, the
-# expected bytes, no spills: tests/test_x_loads.py), not yet run on a GPU, so off until
-# tests/gpu/test_x_loads_gpu.py passes with them and ``gpu_runs.sh OUT x-box-wide`` times
-# them; ``Tuning(x_box=True)`` takes them now. Why they should pay (one H100, PERF.md (bg)):
-# 128-row pairs 80 wide at 200 / 224 / 240 x 5120 x 9216, one plan whose last row holds 72 /
-# 96 / 112 rows in a box of 128, took 59.2 / 52.7 / 45.2 us; the boxes up to 64 rows gained
-# up to +71% where they replaced whole ones (PERF.md (an)).
-X_BOX_PAST_HALF = False
+# Whether the rule's box (``choose_x_box``) also takes the boxes that divide no tile (48 / 80 /
+# 96 / 112 rows: a last tile row of 33-48 or 65-112 rows; ``launch.resolve.x_rows_for``), in
+# place of the next dividing box (64, or the tile's 128), which the TMA fills with up to 63 zero
+# rows. Built and compiled (sm_90a, the expected bytes, no spills: tests/test_x_loads.py), not
+# yet run on a GPU, so off until tests/gpu/test_x_loads_gpu.py passes with them and
+# ``gpu_runs.sh OUT x-box-wide`` times them; ``Tuning(x_box=True)`` takes them now. Why they
+# should pay (one H100, PERF.md (bg)): 128-row pairs 80 wide at 200 / 224 / 240 x 5120 x 9216,
+# one plan whose last row holds 72 / 96 / 112 rows in a box of 128, took 59.1 / 52.7 / 44.3
+# us; the dividing boxes gained up to +71% where they replaced whole ones (PERF.md (an)).
+X_BOX_UNEVEN = False
 
 # The mainloop loads' L2 eviction priority where ``choose_gemm_l2_hint`` applies
 # (``launch.geometry.L2_HINTS``)

@@ -530,8 +530,8 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
                 sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
             else:
-                # a box past half the tile (80 / 96 / 112 rows) divides no tile: the first
-                # x_rows rows of each of gA's tiles and of each of sA's stages
+                # a box that divides no tile (48 / 80 / 96 / 112 rows): the first x_rows
+                # rows of each of gA's tiles and of each of sA's stages
                 gX = cute.make_tensor(gA.iterator, cute.make_layout(
                     (self.x_rows, self.bk, gA.shape[2], gA.shape[3]), stride=gA.stride))
                 sX = cute.composition(sA, cute.make_layout(

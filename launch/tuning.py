@@ -90,11 +90,12 @@ class Tuning:
     op. ``trace`` records per-CTA event times (``GemmRsAr.read_trace``).
 
     ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads
-    that row of x in boxes of those rows rounded up to 8, 16, 32 or 64, and past 64 to 80,
-    96 or 112 (``Variant.x_rows``; bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never
+    that row of x in boxes of those rows rounded up to 8, 16 or a multiple of 16 up to 112
+    (``Variant.x_rows``; bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never
     ping-pong), not boxes of the tile's rows that the TMA fills with zeros; None:
-    ``launch.rules.choose_x_box`` decides (the box wherever a kernel has it, up to 64 rows
-    while ``launch.rules.X_BOX_PAST_HALF`` is off); False: whole boxes.
+    ``launch.rules.choose_x_box`` decides (the box wherever a kernel has it, only boxes
+    dividing the tile, 8 / 16 / 32 / 64, while ``launch.rules.X_BOX_UNEVEN`` is off); False:
+    whole boxes.
 
     ``l2_hint``: the eviction priority the mainloop's TMA loads of x and w give L2
     (``Variant.l2_hint``, sm90): "normal", "first" or "last" by a ``createpolicy`` policy,

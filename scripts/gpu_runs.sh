@@ -207,11 +207,11 @@
 #            stages against its 8; one round of 1-CTA tiles 96-192 wide cut along K (the
 #            split-K pieces, never timed below M=264) at 256 / 512 x 2880 and 256 x 5120, K >=
 #            4096; two orders
-#   x-box-wide  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) x's boxes of 80 / 96 / 112 rows on a
-#            last tile row of 65-112 (``launch.rules.X_BOX_PAST_HALF``, built, never run):
+#   x-box-wide  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) x's boxes that divide no tile (48 /
+#            80 / 96 / 112 rows, ``launch.rules.X_BOX_UNEVEN``, built, never run):
 #            tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's result), then the
-#            default (whole boxes there) against x_box=True at M 200-2000 whose last row holds
-#            72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216; two orders
+#            default (the next dividing box there) against x_box=True at M 40-2000 whose last
+#            row holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216; two orders
 #   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
 #            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
@@ -698,12 +698,12 @@ for s in "$@"; do
           --columns default,c1+bn96+sk,c1+bn144+sk,c1+bn160+sk,c1+bn192+sk \
           --shapes "$(shapes "256 512" 2880 "4096 9216");$(shapes 256 5120 "4096 9216")"
       done ;;
-    x-box-wide)  # launch.rules.X_BOX_PAST_HALF: the GPU test, then its A/B (xb: x_box=True)
+    x-box-wide)  # launch.rules.X_BOX_UNEVEN: the GPU test, then its A/B (xb: x_box=True)
       step x_box_wide_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
         tests/gpu/test_x_loads_gpu.py -k "on_pairs or test_gemm_only_x_box"
       for seed in ${SMALL_M_SEEDS:-107 108}; do
         gemm_step "x_box_wide_$seed" 200 --shuffle $seed --blocks 5 --columns default,xb \
-          --shapes "$(shapes "200 224 240 720 1000 1100 2000" "2880 5120 7168" "1024 9216")"
+          --shapes "$(shapes "40 100 200 224 240 300 720 1000 1100 2000" "2880 5120 7168" "1024 9216")"
       done ;;
     h200-grid)  # the grid's shapes below 0.97x on the H200 (bf): the forms k1024-sweep ran on an H100
       for seed in ${SMALL_M_SEEDS:-103 104}; do

@@ -62,13 +62,13 @@ def variants(arch: str, world: int, transports: list[str],
     fused variant's twin with ``bias=1`` as well (calls that pass ``bias=``). The plain
     GEMM's variants come with each box of x's last tile row (``Variant.x_rows``; not pairs
     along N nor ping-pong, which have no box): an M that ends a tile row after 1-64 rows
-    picks one (1-112 with ``launch.rules.X_BOX_PAST_HALF``)."""
+    picks one (any row count below the tile's with ``launch.rules.X_BOX_UNEVEN``)."""
     from dataclasses import astuple
 
     from launch.comm_warps import IN_DTYPES
-    from launch.geometry import BLACKWELL, BM, X_ROWS
+    from launch.geometry import BLACKWELL, X_ROWS
     from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
-    from launch.rules import X_BOX_PAST_HALF, choose_x_box
+    from launch.rules import X_BOX_UNEVEN, choose_x_box
     from launch.variant import has_x_box
     kinds = set()
     # every tile-row count up to 32 (the small-M rules step by tile rows), then powers of two
@@ -99,7 +99,7 @@ def variants(arch: str, world: int, transports: list[str],
         # any M may end on a partial tile row: the box of each row count below the tile's
         kinds |= {replace(v, x_rows=r) for v in kinds for r in X_ROWS
                   if has_x_box(v.mode, v.pair_n, v.in_dtype, v.pingpong, v.arch)
-                  and not v.x_rows and r < v.bm and (X_BOX_PAST_HALF or 2 * r <= BM)}
+                  and not v.x_rows and r < v.bm and (X_BOX_UNEVEN or v.bm % r == 0)}
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)

@@ -11,7 +11,7 @@ import pytest
 from launch import Dtypes, Hardware, Shape, Tuning, resolve
 from launch.geometry import X_ROWS
 from launch.resolve import x_rows_for
-from launch.rules import X_BOX_PAST_HALF, choose_x_box
+from launch.rules import X_BOX_UNEVEN, choose_x_box
 from rsar_core.errors import RsarValueError
 
 H100 = Hardware("sm_90a", 132)
@@ -30,7 +30,7 @@ def test_sm100_refuses_the_box():
 
 
 @pytest.mark.parametrize("M,rows", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32),
-                                    (33, 0), (64, 0)])
+                                    (33, 48), (48, 48), (49, 0), (64, 0)])
 def test_x_box_rows_on_64_row_tiles(M, rows):
     plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast",
                       tuning=Tuning(x_box=True))
@@ -39,10 +39,10 @@ def test_x_box_rows_on_64_row_tiles(M, rows):
                    tuning=Tuning(x_box=False))[1].x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 64), (64, 64), (65, 80), (100, 112),
-                                    (112, 112), (113, 0), (128, 0), (129, 8), (192, 64),
-                                    (200, 80), (224, 96), (240, 112), (256, 0), (300, 64),
-                                    (4097, 8)])
+@pytest.mark.parametrize("M,rows", [(1, 8), (20, 32), (33, 48), (49, 64), (64, 64), (65, 80),
+                                    (100, 112), (112, 112), (113, 0), (128, 0), (129, 8),
+                                    (192, 64), (200, 80), (224, 96), (240, 112), (256, 0),
+                                    (300, 48), (4097, 8)])
 def test_x_box_rows_on_128_row_tiles(M, rows):
     """fp16 keeps the 128-row plans at small M: boxes up to 64 rows there, on the last tile
     row of any M."""
@@ -65,16 +65,16 @@ def test_x_box_only_where_a_kernel_has_it(shape, dtypes, tuning):
     assert v.x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(129, 8), (300, 64), (520, 8), (640, 0), (1100, 80),
-                                    (1150, 0)])
-def test_x_box_on_pairs(M, rows):
+@pytest.mark.parametrize("M,rows,even", [(129, 8, 8), (300, 48, 64), (310, 64, 64), (520, 8, 8),
+                                         (640, 0, 0), (1100, 80, 0), (1150, 0, 0)])
+def test_x_box_on_pairs(M, rows, even):
     """2x1 clusters along M box the last tile row as 1-CTA tiles do (the pair's padding tile
     reloads that row, so it loads the box too), by default (the rule) and where a Tuning
-    asks (the rule's boxes past 64 rows only with ``X_BOX_PAST_HALF``); x_box=False keeps
+    asks (the rule's boxes dividing no tile only with ``X_BOX_UNEVEN``); x_box=False keeps
     whole boxes; pairs along N have no box."""
     for t in (Tuning(cta_group=2, bn=128, x_box=True), Tuning(cta_group=2, bn=128)):
         plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast", tuning=t)
-        want = rows if t.x_box or X_BOX_PAST_HALF or rows <= 64 else 0
+        want = rows if t.x_box or X_BOX_UNEVEN else even
         assert plan.cta_group == 2 and not plan.pair_n and v.x_rows == want
     plan, v = resolve(Shape(M, 8192, 4096, "gemm"), H100, 2, "unicast",
                       tuning=Tuning(cta_group=2, bn=128, x_box=False))
@@ -84,12 +84,15 @@ def test_x_box_on_pairs(M, rows):
     assert plan.pair_n and v.x_rows == 0
 
 
-@pytest.mark.parametrize("M,rows", [(65, 80), (200, 80), (224, 96), (240, 112), (1000, 112)])
-def test_boxes_past_half_a_tile_follow_their_switch(M, rows):
-    """The rule's box (x_box None) takes 80 / 96 / 112 rows only while ``X_BOX_PAST_HALF``
-    says so (whole boxes otherwise); an explicit x_box=True always may."""
+@pytest.mark.parametrize("M,rows,even", [(33, 48, 64), (300, 48, 64), (65, 80, 0),
+                                         (200, 80, 0), (224, 96, 0), (240, 112, 0),
+                                         (1000, 112, 0)])
+def test_uneven_boxes_follow_their_switch(M, rows, even):
+    """The rule's box (x_box None) takes 48 / 80 / 96 / 112 rows, which divide no tile, only
+    while ``X_BOX_UNEVEN`` says so (else the next box dividing the tile, or the whole
+    tile); an explicit x_box=True always may."""
     t = dict(cta_group=1, bn=128)
-    for x_box, want in ((True, rows), (None, rows if X_BOX_PAST_HALF else 0)):
+    for x_box, want in ((True, rows), (None, rows if X_BOX_UNEVEN else even)):
         plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast", Dtypes("f16"),
                           Tuning(x_box=x_box, **t))
         assert plan.bm == 128 and v.x_rows == want
@@ -102,7 +105,7 @@ def test_x_box_rows_are_whole_swizzle_atoms():
 @pytest.mark.parametrize("M", [1, 8, 33, 64, 128])
 def test_x_box_default_follows_the_rule(M):
     plan, v = resolve(Shape(M, 7168, 4096, "gemm"), H100, 2, "unicast")
-    want = x_rows_for(M, plan, Dtypes()) if choose_x_box(plan.mode, M) else 0
+    want = x_rows_for(M, plan, Dtypes(), uneven=X_BOX_UNEVEN) if choose_x_box(plan.mode, M) else 0
     assert v.x_rows == want
 
 
@@ -121,7 +124,8 @@ def test_kernel_refuses_a_box_it_cannot_load(v):
         Sm90FusedKernel(Variant("sm_90a", 112, 2, mode, "unicast", cg, **fields))
 
 
-@pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (128, 64), (128, 80), (128, 112)])
+@pytest.mark.parametrize("bm,rows", [(64, 8), (64, 32), (64, 48), (128, 48), (128, 64),
+                                     (128, 80), (128, 112)])
 def test_x_box_compiles_with_the_box_bytes(ptx_of, tmp_path, bm, rows):
     """Each stage expects x's box of ``rows`` rows and w's tile (the last tile row's loads),
     and nothing else moves."""
