@@ -212,6 +212,10 @@
 #            tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's result), then the
 #            default (the next dividing box there) against x_box=True at M 40-2000 whose last
 #            row holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216; two orders
+#   quads128  (1 GPU) 128-row tiles on 4x1 clusters 64 / 96 / 128 wide (one cluster a tile
+#            column, w's tile leaving L2 once a column) against the default at M 320-512, N
+#            2304-3072, K 4096 / 9216 ((bg): 96 wide +6..+8% at 384 x 2880 on an H100, -0.2..+3%
+#            at 512); two orders
 #   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
 #            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
@@ -256,7 +260,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid x-box-wide small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid x-box-wide quads128 small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -704,6 +708,12 @@ for s in "$@"; do
       for seed in ${SMALL_M_SEEDS:-107 108}; do
         gemm_step "x_box_wide_$seed" 200 --shuffle $seed --blocks 5 --columns default,xb \
           --shapes "$(shapes "40 100 200 224 240 300 720 1000 1100 2000" "2880 5120 7168" "1024 9216")"
+      done ;;
+    quads128)  # (bg)'s lead: 128-row tiles on 4x1 clusters at three / four tile rows, K >= 4096
+      for seed in ${SMALL_M_SEEDS:-111 112}; do
+        gemm_step "quads128_$seed" 200 --shuffle $seed --blocks 5 \
+          --columns default,c4+bn64,c4+bn96,c4+bn128 \
+          --shapes "$(shapes "320 384 448 512" "2304 2560 2880 3072" "4096 9216")"
       done ;;
     h200-grid)  # the grid's shapes below 0.97x on the H200 (bf): the forms k1024-sweep ran on an H100
       for seed in ${SMALL_M_SEEDS:-103 104}; do
