@@ -70,6 +70,16 @@ def _sw64_bytes() -> Any:
     return cute.make_swizzle(2, 4, 3)
 
 
+def uneven_box_views(gA: Any, sA: Any, x_rows: int, bm: int, bk: int, stages: int) -> tuple:
+    """x's box of ``x_rows`` rows where it divides no tile (48 / 80 / 96 / 112 rows of 64- or
+    128-row tiles): the first ``x_rows`` rows of each of gA's (bm, bk) tiles and of each of
+    sA's stages, as (gX, sX), indexed as gA and sA are. Built inside a trace."""
+    gX = cute.make_tensor(gA.iterator, cute.make_layout(
+        (x_rows, bk, gA.shape[2], gA.shape[3]), stride=gA.stride))
+    sX = cute.composition(sA, cute.make_layout((x_rows, bk, stages), stride=(1, bm, bm * bk)))
+    return gX, sX
+
+
 def _tma_op(multicast: int) -> Any:
     """The TMA load of an operand tile shared by ``multicast`` CTAs (each loads its part for
     all of them), or loaded by one."""
@@ -530,13 +540,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
                 sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
             else:
-                # a box that divides no tile (48 / 80 / 96 / 112 rows): the first x_rows
-                # rows of each of gA's tiles and of each of sA's stages
-                gX = cute.make_tensor(gA.iterator, cute.make_layout(
-                    (self.x_rows, self.bk, gA.shape[2], gA.shape[3]), stride=gA.stride))
-                sX = cute.composition(sA, cute.make_layout(
-                    (self.x_rows, self.bk, self.ab_stage),
-                    stride=(1, self.bm, self.bm * self.bk)))
+                gX, sX = uneven_box_views(gA, sA, self.x_rows, self.bm, self.bk, self.ab_stage)
             tXsX, tXgX = cute.nvgpu.cpasync.tma_partition(
                 tma_x, 0, cute.make_layout(1),
                 cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2))
