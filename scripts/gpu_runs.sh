@@ -209,9 +209,9 @@
 #            4096; two orders
 #   x-box-wide  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) x's boxes that divide no tile (48 /
 #            80 / 96 / 112 rows, ``launch.rules.X_BOX_UNEVEN``, built, never run):
-#            tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's result), then the
-#            default (the next dividing box there) against x_box=True at M 40-2000 whose last
-#            row holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216; two orders
+#            the default (the next dividing box there) against x_box=True at M 40-2000 whose
+#            last row holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216, two
+#            orders; then tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's)
 #   quads128  (1 GPU) 128-row tiles on 4x1 clusters 64 / 96 / 128 wide (one cluster a tile
 #            column, w's tile leaving L2 once a column) against the default at M 320-512, N
 #            2304-3072, K 4096 / 9216 ((bg): 96 wide +6..+8% at 384 x 2880 on an H100, -0.2..+3%
@@ -702,13 +702,14 @@ for s in "$@"; do
           --columns default,c1+bn96+sk,c1+bn144+sk,c1+bn160+sk,c1+bn192+sk \
           --shapes "$(shapes "256 512" 2880 "4096 9216");$(shapes 256 5120 "4096 9216")"
       done ;;
-    x-box-wide)  # launch.rules.X_BOX_UNEVEN: the GPU test, then its A/B (xb: x_box=True)
-      step x_box_wide_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
-        tests/gpu/test_x_loads_gpu.py -k "on_pairs or test_gemm_only_x_box"
+    x-box-wide)  # launch.rules.X_BOX_UNEVEN: its A/B (xb: x_box=True; every column checked
+      # against float64 first), then the GPU test (bitwise the whole box's result)
       for seed in ${SMALL_M_SEEDS:-107 108}; do
         gemm_step "x_box_wide_$seed" 200 --shuffle $seed --blocks 5 --columns default,xb \
           --shapes "$(shapes "40 100 200 224 240 300 720 1000 1100 2000" "2880 5120 7168" "1024 9216")"
-      done ;;
+      done
+      step x_box_wide_tests 300 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_x_loads_gpu.py -k "on_pairs or test_gemm_only_x_box" ;;
     quads128)  # (bg)'s lead: 128-row tiles on 4x1 clusters at three / four tile rows, K >= 4096
       for seed in ${SMALL_M_SEEDS:-111 112}; do
         gemm_step "quads128_$seed" 200 --shuffle $seed --blocks 5 \
