@@ -181,6 +181,12 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
             raise RsarValueError(f"Tuning.cta_group=4: {why}")
 
 
+def x_boxes(bm: int, uneven: bool) -> tuple[int, ...]:
+    """The boxes of ``X_ROWS`` a tile of ``bm`` rows may load x's last tile row in: fewer rows
+    than the tile's, and (unless ``uneven``) dividing it."""
+    return tuple(r for r in X_ROWS if r < bm and (uneven or bm % r == 0))
+
+
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
                pingpong: bool = False, uneven: bool = True) -> int:
     """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
@@ -191,7 +197,7 @@ def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
     if M < 1 or not has_x_box(plan.mode, plan.pair_n, dtypes.operands, pingpong, arch):
         return 0
     tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
-    return next((r for r in X_ROWS if tail <= r < plan.bm and (uneven or plan.bm % r == 0)), 0)
+    return next((r for r in x_boxes(plan.bm, uneven) if tail <= r), 0)
 
 
 def _fill_rules(shape: Shape, dtypes: Dtypes) -> bool:

@@ -39,7 +39,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, on 4x1 clusters and 80 / 96-wide pairs; its 80-wide 128-row pairs at one pair row (``pairs_one_row``) | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``); 8 | (s), (t), (ao), (ap), (at), (bb), (bd), (bf) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64) | (al), (an) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64; 48 / 80 / 96 / 112 too once ``X_BOX_UNEVEN``) | (al), (an), (bg) |
 | ``choose_gemm_l2_hint`` | sm90 plain GEMM (bf16 / fp16), K <= 1024, M >= 512 | the mainloop's loads evict from L2 last | (ba) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """

@@ -70,10 +70,11 @@ def _sw64_bytes() -> Any:
     return cute.make_swizzle(2, 4, 3)
 
 
-def uneven_box_views(gA: Any, sA: Any, x_rows: int, bm: int, bk: int, stages: int) -> tuple:
-    """x's box of ``x_rows`` rows where it divides no tile (48 / 80 / 96 / 112 rows of 64- or
-    128-row tiles): the first ``x_rows`` rows of each of gA's (bm, bk) tiles and of each of
-    sA's stages, as (gX, sX), indexed as gA and sA are. Built inside a trace."""
+def x_box_views(gA: Any, sA: Any, x_rows: int, bm: int, bk: int, stages: int) -> tuple:
+    """x's box of ``x_rows`` rows on the last tile row (``Variant.x_rows``, any whole 8-row
+    atoms below the tile's, dividing it or not): the first ``x_rows`` rows of each of gA's
+    (bm, bk) tiles and of each of sA's stages, as (gX, sX), indexed as gA and sA are. Built
+    inside a trace."""
     gX = cute.make_tensor(gA.iterator, cute.make_layout(
         (x_rows, bk, gA.shape[2], gA.shape[3]), stride=gA.stride))
     sX = cute.composition(sA, cute.make_layout((x_rows, bk, stages), stride=(1, bm, bm * bk)))
@@ -199,8 +200,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
             raise ValueError("64-row tiles run the plain GEMM of bf16 / fp16 operands on 1-CTA "
                              "tiles or 2x1 clusters along M, without ping-pong or pairs along N")
         self.x_rows = v.x_rows or self.bm
-        # x's tail boxes in tiles of the box's rows where it divides the tile, else one a tile
-        self.x_step = self.bm // self.x_rows if self.bm % self.x_rows == 0 else 1
         if v.x_rows and (v.x_rows not in X_ROWS or v.x_rows >= self.bm or not has_x_box(
                 mode, v.pair_n, in_dtype, self.pingpong, v.arch)):
             raise ValueError(f"x_rows {v.x_rows}: boxes of {X_ROWS} rows, fewer than the "
@@ -533,14 +532,11 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         # the last tile row, of M - (tiles_m - 1) * bm <= x_rows rows (``launch.resolve.
         # x_rows_for``), loads a box of x_rows: the TMA fills a box's rows beyond x with zeros
         # slowly, and the rows of the stage it leaves stale only feed output rows past M. Both
-        # atoms were made on x's one (M, K) tensor, so mX's coordinates are mA's: gX tiles mA
+        # atoms were made on x's one (M, K) tensor, so mX's coordinates are mA's: gX views the
+        # first x_rows rows of gA's tiles
         tXsX, tXgX = tAsA, tAgA
         if cutlass.const_expr(self.x_rows != self.bm):
-            if cutlass.const_expr(self.bm % self.x_rows == 0):
-                gX = cute.local_tile(mA, (self.x_rows, self.bk), (None, None))
-                sX = cute.flat_divide(sA, (self.x_rows, self.bk))[(None, None, 0, 0, None)]
-            else:
-                gX, sX = uneven_box_views(gA, sA, self.x_rows, self.bm, self.bk, self.ab_stage)
+            gX, sX = x_box_views(gA, sA, self.x_rows, self.bm, self.bk, self.ab_stage)
             tXsX, tXgX = cute.nvgpu.cpasync.tma_partition(
                 tma_x, 0, cute.make_layout(1),
                 cute.group_modes(sX, 0, 2), cute.group_modes(gX, 0, 2))
@@ -641,7 +637,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         tm, tn, _ = self._unit_tile(u, v_in_pair, tiles_m, tiles_n)
         tAgA_t = tAgA[(None, tm, None)]
         tail = tm == tiles_m - Int32(1)
-        tXgX_t = tXgX[(None, tm * Int32(self.x_step), None)]
+        tXgX_t = tXgX[(None, tm, None)]
         tBgB_t = tBgB[(None, tn, None)]
         prod.reset_count()
         n_k = k_hi - k_lo

@@ -66,8 +66,8 @@ def variants(arch: str, world: int, transports: list[str],
     from dataclasses import astuple
 
     from launch.comm_warps import IN_DTYPES
-    from launch.geometry import BLACKWELL, X_ROWS
-    from launch.resolve import Dtypes, Hardware, Shape, resolve_variant
+    from launch.geometry import BLACKWELL
+    from launch.resolve import Dtypes, Hardware, Shape, resolve_variant, x_boxes
     from launch.rules import X_BOX_UNEVEN, choose_x_box
     from launch.variant import has_x_box
     kinds = set()
@@ -97,9 +97,9 @@ def variants(arch: str, world: int, transports: list[str],
                                                           Hardware(arch, sms), world, tr, d))
     if choose_x_box("gemm", 1):
         # any M may end on a partial tile row: the box of each row count below the tile's
-        kinds |= {replace(v, x_rows=r) for v in kinds for r in X_ROWS
-                  if has_x_box(v.mode, v.pair_n, v.in_dtype, v.pingpong, v.arch)
-                  and not v.x_rows and r < v.bm and (X_BOX_UNEVEN or v.bm % r == 0)}
+        kinds |= {replace(v, x_rows=r) for v in kinds if not v.x_rows
+                  and has_x_box(v.mode, v.pair_n, v.in_dtype, v.pingpong, v.arch)
+                  for r in x_boxes(v.bm, X_BOX_UNEVEN)}
     if bias:
         kinds |= {replace(v, bias=1) for v in kinds if v.mode != "gemm"}
     return sorted(kinds, key=astuple)

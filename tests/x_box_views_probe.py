@@ -1,5 +1,5 @@
 """Traced on the CPU by tests/test_x_box_views.py (the DSL compiles only functions whose
-source is in a file): whether ``launch.sm90_kernel.uneven_box_views`` picks the elements of
+source is in a file): whether ``launch.sm90_kernel.x_box_views`` picks the elements of
 the whole tile that x's box of ``x_rows`` rows stands for."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from launch.sm90_kernel import uneven_box_views
+from launch.sm90_kernel import x_box_views
 
 MISMATCHES: list = []
 
@@ -24,7 +24,7 @@ def probe(bm: cutlass.Constexpr, x_rows: cutlass.Constexpr, stages: cutlass.Cons
     s_layout = cute.tile_to_shape(atom, (bm, bk, stages), order=(0, 1, 2))
     M, K = 5 * bm, 4 * bk
     gA = cute.local_tile(cute.make_identity_tensor((M, K)), (bm, bk), (None, None))
-    gX, sX = uneven_box_views(gA, s_layout, x_rows, bm, bk, stages)
+    gX, sX = x_box_views(gA, s_layout, x_rows, bm, bk, stages)
     # trace-time loops and comparisons: every value here is static
     for m in cutlass.range_constexpr(x_rows):
         for k in (0, 1, 7, 8, 31, 63):
