@@ -18,7 +18,7 @@ from .rules import (FINE_GAIN, ONE_CTA_COST, PAIRS96_BN, PINGPONG_NS, ROWS64_BN,
                     choose_gemm_pairs_full_round, choose_gemm_partial_width,
                     choose_gemm_tail_one_cta,
                     choose_gemm_pairs96, choose_gemm_pairs_short, choose_gemm_pingpong,
-                    choose_gemm_quads,
+                    choose_gemm_quads, choose_gemm_quads128,
                     choose_gemm_rows64, choose_gemm_rows64_pairs,
                     choose_gemm_split,
                     choose_gemm_width,
@@ -79,12 +79,16 @@ def make_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *,
                                                                     pair_n):
         pairs = _clusters(sm_count, pair_ctas, 2)
         pair_bn = choose_gemm_rows64_pairs(M, N, pairs)
-        quad_bn = choose_gemm_quads(M, N, K, _clusters(sm_count, quad_ctas, QUAD))
+        quads = _clusters(sm_count, quad_ctas, QUAD)
+        quad_bn = choose_gemm_quads(M, N, K, quads)
+        quad128_bn = fine and choose_gemm_quads128(M, N, K, quads)
         short_bn = fine and choose_gemm_pairs_short(M, N, K, pairs)
         if pair_bn:
             bm, bn, cta_group = TILE_MS[0], pair_bn, 2
         elif quad_bn:
             bm, bn, cta_group = TILE_MS[0], quad_bn, QUAD
+        elif quad128_bn:
+            bn, cta_group = quad128_bn, QUAD  # 128-row tiles, as below
         elif short_bn:
             bn, cta_group = short_bn, 2  # 128-row tiles: the plan below, nothing else moves it
     if cta_group == QUAD:

@@ -17,6 +17,7 @@ shapes it moved.
 | ``choose_gemm_rows64`` | sm90 plain GEMM (bf16), M <= 64 | 64-row tiles, 112 wide | (ai) |
 | ``choose_gemm_rows64_pairs`` | sm90 plain GEMM (bf16), 64 < M <= 128 | 64-row tiles on 2x1 clusters along M, the narrowest of 64 / 80 / 96 / 112 / 128 filling one round | (aq), (bd), (bf) |
 | ``choose_gemm_quads`` | sm90 plain GEMM (bf16), M 193-256, N <= 3584, K >= 2048 (96 wide: K <= 1024 too) | 64-row tiles on 4x1 clusters along M, the narrowest of 96 / 128 filling one round | (bd), (be) |
+| ``choose_gemm_quads128`` | sm90 plain GEMM (bf16), M 320-384, K >= 4096, 96-wide columns filling 90-100% of a round of 4x1 clusters | 128-row tiles on 4x1 clusters along M, 96 wide | (bh) |
 | ``choose_gemm_pairs_short`` | sm90 plain GEMM (bf16), M 257-512, N >= 2048, K <= 2048; M 192-256, N >= 4608 (``pairs_one_row``) | 2x1 clusters, the narrowest of 80 / 96 filling one round | (be), (bf) |
 | ``choose_gemm_pairs96`` | sm90 plain GEMM (bf16), one round of 112-wide pairs at four tile rows, K >= 4096 | 96-wide pairs where they fill one round | (bd) |
 | ``choose_gemm_split`` | those 64-row tiles, K >= 8192 and 5+ pieces (M < 64, x boxed); K >= 4096, 5+ pieces or M <= 16 (M=64) | one round cut along K onto idle SMs | (aj), (al) |
@@ -39,7 +40,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, on 4x1 clusters and 80 / 96-wide pairs; its 80-wide 128-row pairs at one pair row (``pairs_one_row``) | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``); 8 | (s), (t), (ao), (ap), (at), (bb), (bd), (bf) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of 1-64 rows | that row's x in boxes of its rows (8 / 16 / 32 / 64; 48 / 80 / 96 / 112 too once ``X_BOX_UNEVEN``) | (al), (an), (bg) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of fewer rows than the tile | that row's x in boxes of its rows (8 / 16 / 32 / 48 / 64 / 80 / 96 / 112: ``X_BOX_UNEVEN``) | (al), (an), (bg), (bh) |
 | ``choose_gemm_l2_hint`` | sm90 plain GEMM (bf16 / fp16), K <= 1024, M >= 512 | the mainloop's loads evict from L2 last | (ba) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
@@ -489,6 +490,39 @@ def choose_gemm_quads(M: int, N: int, K: int, clusters: int) -> int | None:
     return narrowest_one_round(widths, N, clusters)
 
 
+# 128-row tiles on 4x1 clusters (``choose_gemm_quads128``): their width, the rows timed (three
+# tile rows, the last at least half full), the shallowest K timed, and the share of the
+# clusters a round must fill (96 wide: 27 columns of 30 at N=2560 won, 24 at N=2304 did not)
+QUAD128_BN = 96
+QUAD128_M = (320, 384)
+QUAD128_MIN_K = 4096
+QUAD128_FILL = 0.9
+
+
+def choose_gemm_quads128(M: int, N: int, K: int, clusters: int) -> int | None:
+    """The width at which the plain sm90 GEMM (bf16, nothing forced) runs 128-row tiles on
+    4x1 clusters along M (``cta_group`` 4), or None (the other rules): at three tile rows
+    (M 320-384), K >= 4096, ``QUAD128_BN`` wide where its tile columns fill one round of
+    ``clusters`` 4x1 clusters to ``QUAD128_FILL`` or more (N 2560-2880 on a GPU holding 30).
+    A cluster is one tile column: its CTAs split w's tile four ways (the fourth a padding tile
+    reloading the last row), so w, which these shapes stream from DRAM, is read once a column
+    by 120 SMs, where the 1-CTA 64-wide and 112-wide pair plans they replace read it with
+    108-120 SMs in 1-CTA tiles or with 104 in pairs.
+
+    One H100 holding 30 (docs/PERF.md (bh), ``gpu_runs.sh quads128``, two seeded orders, five
+    blocks, against the default): N 2560 / 2880 x K 4096 / 9216 at M 320 / 384 +3.9..+20.9% at
+    all 8 (384 x 2560 x 9216 0.69x -> 0.83x cuBLAS, 384 x 2880 x 4096 0.83x -> 0.90x); N=2304
+    (24 columns: 80% of a round) -9.0% at 320 x 4096, +1..+13% at the other three; N=3072 (32
+    columns: two rounds) -33..-41% at all four; at four tile rows (M 448 / 512) -3..+3% against
+    the 96-wide pairs (PERF.md (bg): the same on another H100). 64 and 128 wide lost
+    everywhere (-25% / -13%)."""
+    lo, hi = QUAD128_M
+    if not lo <= M <= hi or K < QUAD128_MIN_K:
+        return None
+    columns = ceil_div(N, QUAD128_BN)
+    return QUAD128_BN if QUAD128_FILL * clusters <= columns <= clusters else None
+
+
 # The pair widths ``choose_gemm_pairs_short`` takes, narrowest first, and the deepest K timed
 PAIRS_SHORT_NS = (80, 96)
 PAIRS_SHORT_MAX_K = 2048
@@ -565,8 +599,9 @@ def choose_gemm_split(M: int, K: int, pieces: int, boxed: bool = True) -> bool:
 
 def choose_x_box(mode: str, M: int) -> bool:
     """Whether a call whose last tile row holds fewer rows than the tile loads that row's x
-    in boxes of those rows rounded up to 8 / 16 / 32 / 64 (``launch.resolve.x_rows_for``)
-    rather than the tile's rows: the plain GEMM, wherever a kernel has the box (bf16 / fp16
+    in boxes of those rows rounded up to one of ``launch.geometry.X_ROWS``
+    (``launch.resolve.x_rows_for``; those dividing no tile where ``X_BOX_UNEVEN``) rather
+    than the tile's rows: the plain GEMM, wherever a kernel has the box (bf16 / fp16
     operands on 1-CTA tiles and on 2x1 clusters along M). The TMA fills a box's rows beyond x
     with zeros at a cost, not for free. Against the same plans with whole boxes:
     - 1-CTA, one H100 (docs/PERF.md (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
@@ -584,13 +619,14 @@ def choose_x_box(mode: str, M: int) -> bool:
 # Whether the rule's box (``choose_x_box``) also takes the boxes that divide no tile (48 / 80 /
 # 96 / 112 rows: a last tile row of 33-48 or 65-112 rows; ``launch.resolve.x_rows_for``), in
 # place of the next dividing box (64, or the tile's 128), which the TMA fills with up to 63 zero
-# rows. Built and compiled (sm_90a, the expected bytes, no spills: tests/test_x_loads.py), not
-# yet run on a GPU, so off until tests/gpu/test_x_loads_gpu.py passes with them and
-# ``gpu_runs.sh OUT x-box-wide`` times them; ``Tuning(x_box=True)`` takes them now. Why they
-# should pay (one H100, PERF.md (bg)): 128-row pairs 80 wide at 200 / 224 / 240 x 5120 x 9216,
-# one plan whose last row holds 72 / 96 / 112 rows in a box of 128, took 59.1 / 52.7 / 44.3
-# us; the dividing boxes gained up to +71% where they replaced whole ones (PERF.md (an)).
-X_BOX_UNEVEN = False
+# rows. One H100 (docs/PERF.md (bh), ``gpu_runs.sh x-box-wide``: M 40-2000 whose last row
+# holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216, two seeded orders, five
+# blocks, against the dividing boxes): geomean +3.6%, faster at 37 of 60 shapes in both
+# orders, up to +39% (200 x 5120 x 9216: 0.76x -> 1.06x cuBLAS; 224 x 5120 x 9216 +23%, 200 x
+# 7168 x 9216 +23%, 100 x 2880 x 9216 +20%), slower in both at 9, by 0.9% at most. Correct
+# there: tests/gpu/test_x_loads_gpu.py (the boxes bitwise the whole box's, 278 + 291 passed)
+# and the partial-tile and 64-row suites with it on.
+X_BOX_UNEVEN = True
 
 # The mainloop loads' L2 eviction priority where ``choose_gemm_l2_hint`` applies
 # (``launch.geometry.L2_HINTS``)

@@ -208,14 +208,14 @@
 #            split-K pieces, never timed below M=264) at 256 / 512 x 2880 and 256 x 5120, K >=
 #            4096; two orders
 #   x-box-wide  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) x's boxes that divide no tile (48 /
-#            80 / 96 / 112 rows, ``launch.rules.X_BOX_UNEVEN``, built, never run):
+#            80 / 96 / 112 rows, ``launch.rules.X_BOX_UNEVEN``, on since PERF.md (bh)):
 #            the default (the next dividing box there) against x_box=True at M 40-2000 whose
 #            last row holds 36-44 or 72-112 rows, N 2880 / 5120 / 7168, K 1024 / 9216, two
 #            orders; then tests/gpu/test_x_loads_gpu.py's boxes (bitwise the whole box's)
 #   quads128  (1 GPU) 128-row tiles on 4x1 clusters 64 / 96 / 128 wide (one cluster a tile
 #            column, w's tile leaving L2 once a column) against the default at M 320-512, N
-#            2304-3072, K 4096 / 9216 ((bg): 96 wide +6..+8% at 384 x 2880 on an H100, -0.2..+3%
-#            at 512); two orders
+#            2304-3072, K 4096 / 9216 ((bh): 96 wide at three tile rows became
+#            ``choose_gemm_quads128``); two orders
 #   h200-grid  (1 GPU) the grid's shapes below 0.97x on an H200 ((bf): 128 / 256 / 512 x 7168
 #            x 1024, 256 x 8192 x 1024 / 4096, and 128 x 8192 x 1024): the default against
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2

@@ -1,9 +1,8 @@
 """4x1 clusters (``Tuning(cta_group=4)``): four tile rows sharing w's tile, each CTA loading a
 quarter and multicasting it to the other three, as cuBLAS runs four tile rows of 64 at M <=
 256 off the grid (PERF.md (bc): 96 x 64 tiles on 2 x 4 clusters at 256 x 2880). The plain
-sm90 GEMM of bf16 / fp16 operands only: no default plan but ``choose_gemm_quads``' takes
-them, the fused
-op, sm100, fp8, widths that are not multiples of 32, the split-K tail, ping-pong and pairs
+sm90 GEMM of bf16 / fp16 operands only: no default plan but ``choose_gemm_quads``' and
+``choose_gemm_quads128``'s takes them, the fused op, sm100, fp8, widths that are not multiples of 32, the split-K tail, ping-pong and pairs
 along N refuse them before anything compiles; their plans schedule every tile once; their
 kernels compile with w's loads multicast and nothing spilled."""
 from __future__ import annotations
@@ -29,7 +28,8 @@ def test_tuning_accepts_four_and_not_three():
 @pytest.mark.parametrize("M,N,K", [(128, 2880, 4096), (256, 2880, 1536), (256, 5120, 9216),
                                    (512, 7168, 1024), (4096, 8192, 4096), (300, 2880, 9216)])
 def test_no_default_plan_takes_them_but_the_rule(M, N, K):
-    """Unforced, only ``choose_gemm_quads`` picks them (tests/test_small_m_deep.py)."""
+    """Unforced, only ``choose_gemm_quads`` (tests/test_small_m_deep.py) and
+    ``choose_gemm_quads128`` (tests/test_quads128.py) pick them."""
     for mode in ("gemm", "rs", "ar"):
         p, v = resolve(Shape(M, N, K, mode), H100, 2, "unicast")
         assert p.cta_group != QUAD and v.cta_group != QUAD
@@ -92,7 +92,8 @@ def test_the_kernel_refuses_them_fused():
             Sm90FusedKernel(v)
 
 
-@pytest.mark.parametrize("bm,bn,stages", [(64, 96, 10), (64, 64, 13), (128, 128, 0)])
+@pytest.mark.parametrize("bm,bn,stages", [(64, 96, 10), (64, 64, 13), (128, 128, 0),
+                                          (128, 96, 0)])
 def test_their_kernels_compile(ptx_of, tmp_path, bm, bn, stages):
     pytest.importorskip("cutlass")
     from ptx_checks import ptxas_log

@@ -137,7 +137,7 @@ def test_quads_128_wide_run_deep_but_pairs_128_wide_do_not():
 
 @pytest.mark.parametrize("M,N,K,bn", [(512, 2880, 9216, 96), (448, 2560, 4096, 96),
                                       (512, 3072, 4096, 96), (512, 3584, 4096, 112),
-                                      (384, 2880, 9216, 112), (512, 2880, 2560, 112)])
+                                      (384, 3584, 9216, 112), (512, 2880, 2560, 112)])
 def test_four_tile_rows_pair_96_wide_where_one_round_fits(M, N, K, bn):
     """``choose_gemm_pairs96``: the 112-wide pairs at four 128-row tile rows and K >= 4096
     become 96-wide pairs (the kernel's own 7 stages) where those fit one round (K 2049-4095:

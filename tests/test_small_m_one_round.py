@@ -32,7 +32,8 @@ def test_rows64_pairs_take_the_narrowest_width_of_one_round_at_every_k(M, N, K, 
 
 @pytest.mark.parametrize("M,N,K,bn,x_rows", [
     (192, 4608, 1024, 80, 64), (256, 5120, 1024, 80, 0), (256, 5120, 9216, 80, 0),
-    (200, 4864, 4096, 80, 0), (256, 6144, 4096, 96, 0), (224, 5760, 2048, 96, 0)])
+    # a last row of 72 / 96 rows: boxes that divide no tile (X_BOX_UNEVEN, PERF.md (bh))
+    (200, 4864, 4096, 80, 80), (256, 6144, 4096, 96, 0), (224, 5760, 2048, 96, 96)])
 def test_one_pair_row_runs_80_or_96_wide_pairs(M, N, K, bn, x_rows):
     p, v = _plan(M, N, K)
     assert (p.bm, p.bn, p.cta_group, p.rounds, p.tiles_m) == (128, bn, 2, 1, 2)

@@ -482,7 +482,8 @@ def test_gemm_tail_row_one_cta(M, N, K):
     gets; at longer K the pairs stay. Either way x's box is on that row; with the box off, in
     fp16 (unmeasured), from 65 rows in the last row and in the fused ops, the plans stay."""
     from launch import Dtypes, Hardware, Shape, Tuning, resolve
-    from launch.rules import choose_gemm_tail_one_cta, pairs_one_row
+    from launch.resolve import x_boxes
+    from launch.rules import X_BOX_UNEVEN, choose_gemm_tail_one_cta, pairs_one_row
     hw = Hardware("sm_90a", 132)
     plan, v = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast")
     unboxed, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", tuning=Tuning(x_box=False))
@@ -492,16 +493,18 @@ def test_gemm_tail_row_one_cta(M, N, K):
     if plan.cta_group == 4:  # choose_gemm_quads (tests/test_small_m_deep.py) goes first
         assert M > 192 and K != 2048 and plan.bm == 64
         return
+    # x's box of the last tile row's M - 128 rows (those dividing no tile: X_BOX_UNEVEN)
+    box = next((r for r in x_boxes(128, X_BOX_UNEVEN) if M - 128 <= r), 0)
     if pairs_one_row(plan):  # and choose_gemm_pairs_short's one pair row (PERF.md (bf))
         assert M >= 192 and N >= 4608 and plan.bn in (80, 96)
-        assert v.x_rows == (64 if M == 192 else 0)
+        assert v.x_rows == box
         return
     if moved:
         assert plan == one_cta
     else:
         assert plan == unboxed
     if not plan.pingpong:  # ping-pong warp groups load whole boxes
-        assert v.x_rows == next((r for r in (8, 16, 32, 64) if M - 128 <= r), 0)
+        assert v.x_rows == box
     f16, _ = resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"))
     assert f16 == resolve(Shape(M, N, K, "gemm"), hw, 2, "unicast", Dtypes("f16"),
                           Tuning(x_box=False))[0]
@@ -608,8 +611,9 @@ def test_gemm_pingpong_at_long_k(M, N, K, want):
     # K=1024 tied; 64-row pairs at M=128; 128-wide pairs have no room; 224-wide plans
     (256, 7168, 1024, 0), (128, 7168, 4096, 0), (256, 8192, 4096, 0), (512, 7168, 4096, 4),
     # three and four tile rows (docs/PERF.md (bb)); five rows take a 1-CTA plan; four rows
-    # where 96-wide pairs fit one round take those (choose_gemm_pairs96, (bd))
-    (512, 3584, 4096, 7), (384, 2880, 9216, 7), (320, 3072, 9216, 7), (640, 2880, 4096, 0),
+    # where 96-wide pairs fit one round take those (choose_gemm_pairs96, (bd)); three rows
+    # where 96-wide 4x1 clusters fill a round take those (choose_gemm_quads128, (bh))
+    (512, 3584, 4096, 7), (384, 3584, 9216, 7), (320, 3584, 9216, 7), (640, 2880, 4096, 0),
     (512, 2880, 4096, 0)])
 def test_narrow_pairs_take_seven_stages(M, N, K, want):
     """``default_stages`` gives the one round of 112-wide pairs at 2-4 tile rows and K >= 4096

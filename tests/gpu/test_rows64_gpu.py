@@ -62,13 +62,14 @@ def test_gemm_only_small_m_forms(comm, M, K, N, bn, cta_group, deep):
                                    (256, 3072, 2048), (512, 2880, 1024), (384, 2048, 2048),
                                    (300, 2560, 1024), (128, 5120, 1024), (96, 6144, 2048),
                                    (160, 4864, 1024), (256, 5120, 9216), (200, 6144, 4096),
-                                   (144, 4096, 2048)])
+                                   (144, 4096, 2048), (320, 2880, 4096), (384, 2560, 9216)])
 def test_default_small_m_rules(comm, M, N, K):
     """PERF.md (bd)'s defaults: 4x1 clusters of 64-row tiles (``choose_gemm_quads``), 80 /
     96-wide 64-row pairs and deep stages (``rows64_deep``), 96-wide pairs at four tile rows
     (``choose_gemm_pairs96``), PERF.md (be)'s 80 / 96-wide pairs at K <= 2048
-    (``choose_gemm_pairs_short``) and (bf)'s at one pair row and at K <= 2048 on 64-row
-    pairs, bitwise against 1-CTA tiles of the same rows and width."""
+    (``choose_gemm_pairs_short``), (bf)'s at one pair row and at K <= 2048 on 64-row pairs,
+    and (bh)'s 4x1 clusters of 128-row tiles (``choose_gemm_quads128``), bitwise against
+    1-CTA tiles of the same rows and width."""
     op = get_op(comm, N, False)
     p = op.plan(M, K, mode="gemm")
     if p.cta_group == 1:  # the rules count this GPU's clusters: H100s hold 30 to 32 of 4
