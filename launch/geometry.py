@@ -140,8 +140,9 @@ TILE_NS = (64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 256)
 GEMM_ONLY_NS = (80, 96)
 # CTAs per cluster along M: 1-CTA tiles, 2x1 clusters (pairs), and 4x1 clusters whose four
 # CTAs share w's tile, each loading a quarter (cuBLAS's four tile rows at M <= 256 off the
-# grid, PERF.md (bc)); 4: the plain sm90 GEMM only (``choose_gemm_quads``, or forced), BN a
-# multiple of 32 (a quarter of w's tile in whole 8-row swizzle atoms)
+# grid, PERF.md (bc)); 4: the plain sm90 GEMM only (``choose_gemm_quads``,
+# ``choose_gemm_quads128``, or forced), BN a multiple of 32 (a quarter of w's tile in whole
+# 8-row swizzle atoms)
 CTA_GROUPS = (1, 2, 4)
 QUAD = 4
 # Widths 16 past a multiple of 32 (issue "fill every SM"): their tiles go to the
