@@ -40,7 +40,7 @@ shapes it moved.
 | ``default_stages`` | sm90, K >= 2048, 224 / 256 wide, few tiles a lane; the plain GEMM with TMA stores at 224 / 256 wide, plan depth K <= 1024; that GEMM with ping-pong warp groups on 2x1 clusters 176 / 192 wide, K <= 1024 or >= 4096; its one round of 112-wide pairs at two to four tile rows, K >= 4096; its 64-row plans 64 wide, on 4x1 clusters and 80 / 96-wide pairs; its 80-wide 128-row pairs at one pair row (``pairs_one_row``) | 4 mainloop stages; 5 for ping-pong; 7 for those pairs; 13 / 11 / 10 / 9 for the 64-row plans (``rows64_deep``); 8 | (s), (t), (ao), (ap), (at), (bb), (bd), (bf) |
 | ``default_tma_store`` | sm90 plain GEMM with bulk-copy rows | TMA stores | (v) |
 | ``default_lean_exit`` | nowhere yet (an experiment, docs/TUNING.md) | the fenced exit | (u) |
-| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or 2x1 along M, a last tile row of fewer rows than the tile | that row's x in boxes of its rows (8 / 16 / 32 / 48 / 64 / 80 / 96 / 112: ``X_BOX_UNEVEN``) | (al), (an), (bg), (bh) |
+| ``choose_x_box`` | plain GEMM, bf16 / fp16, 1-CTA or clusters along M, a last tile row of fewer rows than the tile | that row's x in boxes of its rows (8 / 16 / 32 / 48 / 64 / 80 / 96 / 112: ``X_BOX_UNEVEN``) | (al), (an), (bg), (bh) |
 | ``choose_gemm_l2_hint`` | sm90 plain GEMM (bf16 / fp16), K <= 1024, M >= 512 | the mainloop's loads evict from L2 last | (ba) |
 | PDL (``launch.resolve``) | sm90 | programmatic dependent launch | (i) |
 """
@@ -602,8 +602,8 @@ def choose_x_box(mode: str, M: int) -> bool:
     in boxes of those rows rounded up to one of ``launch.geometry.X_ROWS``
     (``launch.resolve.x_rows_for``; those dividing no tile where ``X_BOX_UNEVEN``) rather
     than the tile's rows: the plain GEMM, wherever a kernel has the box (bf16 / fp16
-    operands on 1-CTA tiles and on 2x1 clusters along M). The TMA fills a box's rows beyond x
-    with zeros at a cost, not for free. Against the same plans with whole boxes:
+    operands on 1-CTA tiles and on 2x1 / 4x1 clusters along M). The TMA fills a box's rows
+    beyond x with zeros at a cost, not for free. Against the same plans with whole boxes:
     - 1-CTA, one H100 (docs/PERF.md (al), M 1-64, N 2880 / 5120 / 7168 / 8192, K 1024 / 4096 /
       9216): geomean 0.904x -> 0.935x cuBLAS, up to +20% (1 x 8192 x 9216: 0.81x -> 0.98x); a
       tie at M=64 (the box is the tile). With the uncut plans ``choose_gemm_split`` then

@@ -91,7 +91,7 @@ class Tuning:
 
     ``x_box``: a plain GEMM call whose last tile row holds fewer rows than the tile loads
     that row of x in boxes of those rows rounded up to 8, 16 or a multiple of 16 up to 112
-    (``Variant.x_rows``; bf16 / fp16 on 1-CTA tiles and 2x1 clusters along M; never
+    (``Variant.x_rows``; bf16 / fp16 on 1-CTA tiles and clusters along M; never
     ping-pong), not boxes of the tile's rows that the TMA fills with zeros; None:
     ``launch.rules.choose_x_box`` decides (the box wherever a kernel has it; boxes dividing
     no tile, 48 / 80 / 96 / 112, while ``launch.rules.X_BOX_UNEVEN`` is on, as it is); False:

@@ -162,8 +162,8 @@ PINGPONG_WIDEST = {"alone": 192, "fused": 160}
 
 def has_x_box(mode: str, pair_n: bool, in_dtype: str, pingpong: bool, arch: str) -> bool:
     """Whether a kernel of these knobs can load x's last tile row in a box of its rows
-    (``Variant.x_rows``): the sm90 plain GEMM of bf16 / fp16 operands on 1-CTA tiles or 2x1
-    clusters along M, in the cooperative form. Pairs along N share x's tile (both CTAs
+    (``Variant.x_rows``): the sm90 plain GEMM of bf16 / fp16 operands on 1-CTA tiles or
+    clusters along M (2x1, 4x1), in the cooperative form. Pairs along N share x's tile (both CTAs
     would need the same box), fp8 operands stage scales by the tile's rows, and ping-pong
     warp groups and sm100 kernels load x in a form of their own. The plan
     (``launch.resolve.x_rows_for``), the kernel cache (``scripts/precompile.py``) and the
