@@ -104,7 +104,8 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     else:
         lean_exit = int(t.lean_exit and mode != "gemm" and sm90)
     uneven = t.x_box is True or X_BOX_UNEVEN
-    x_rows = x_rows_for(shape.M, plan, dtypes, arch, bool(pingpong), uneven) if x_box else 0
+    x_rows = x_rows_for(shape.M, plan, dtypes, arch, bool(pingpong),
+                        uneven=uneven) if x_box else 0
     if t.epi_slots or not sm90:
         stages = 0
     else:
@@ -188,12 +189,13 @@ def x_boxes(bm: int, uneven: bool) -> tuple[int, ...]:
 
 
 def x_rows_for(M: int, plan: TilePlan, dtypes: Dtypes, arch: str = "sm_90a",
-               pingpong: bool = False, uneven: bool = True) -> int:
+               pingpong: bool = False, *, uneven: bool) -> int:
     """Rows of x's box on the last tile row of a call of ``M`` rows on ``plan``
     (``Variant.x_rows``): the fewest of ``X_ROWS`` that hold that row's
     ``M - (tiles_m - 1) * bm`` rows where that is fewer than the tile's, on a kernel that has
     the box (``has_x_box``: not ping-pong warp groups, not sm100); else 0, the tile's rows.
-    ``uneven``: boxes that divide no tile (48 / 80 / 96 / 112 rows) may be taken."""
+    ``uneven``: boxes that divide no tile (48 / 80 / 96 / 112 rows) may be taken (the
+    caller's ``Tuning.x_box`` or ``launch.rules.X_BOX_UNEVEN``: no default here to differ)."""
     if M < 1 or not has_x_box(plan.mode, plan.pair_n, dtypes.operands, pingpong, arch):
         return 0
     tail = M - (ceil_div(M, plan.bm) - 1) * plan.bm
