@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_runs import geomean  # noqa: E402 (the records' geomean, one definition)
 
 
 def load(paths: list[str]) -> list[list[dict]]:
@@ -65,7 +67,7 @@ def summary(cols: list[str], rows: dict[tuple, dict]) -> dict[str, dict]:
             won += all(x > 1 for x in g)
             lost += all(x < 1 for x in g)
         if gains:
-            out[c] = {"geomean_gain": math.exp(sum(map(math.log, gains)) / len(gains)),
+            out[c] = {"geomean_gain": geomean(gains),
                       "shapes": shapes, "won": won, "lost": lost}
     return out
 
