@@ -557,6 +557,25 @@ def pairs_whole(p: TilePlan) -> bool:
     return all(p.ar_start(o) % (2 * p.tiles_n) == 0 for o in range(1, p.world))
 
 
+def quad_refusal(mode: str, arch: str, bn: int | None, operands: str,
+                 clashes: list[str]) -> str | None:
+    """Why a call or kernel cannot run on 4x1 clusters (``cta_group`` 4), or None if it can:
+    they are the plain sm90 GEMM of bf16 / fp16 operands along M, w's tile split four ways
+    in whole 8-row atoms. ``clashes``: the names of the knobs of ``QUAD_CLASHES`` it sets.
+    The resolver (before anything compiles), the planner (``tile_plan``) and the kernel's own
+    check read it here."""
+    if mode != "gemm" or arch != "sm_90a":
+        return (f"4x1 clusters run the plain sm90 GEMM (gemm_only) only; this call is {mode} "
+                f"on {arch}")
+    if operands:
+        return "4x1 clusters run bf16 / fp16 operands"
+    if bn is not None and bn % (8 * QUAD):
+        return f"BN={bn}: w's tile splits four ways on widths that are multiples of 32"
+    if clashes:
+        return f"not with {', '.join(clashes)}"
+    return None
+
+
 def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, arch: str,
               bn: int, cta_group: int, pair_ctas: int | None, lag: int | None,
               peers_first: bool, pair_n: bool = False, flat: bool = False,
@@ -580,11 +599,10 @@ def tile_plan(M: int, N: int, K: int, world: int, sm_count: int, mode: str, *, a
                          f"{bn if arch in BLACKWELL else N_ALIGN} at BN={bn}")
     if cta_group not in CTA_GROUPS:
         raise ValueError(f"cta_group must be one of {CTA_GROUPS}, got {cta_group}")
-    if cta_group == QUAD and (mode != "gemm" or pair_n or arch in BLACKWELL or bn % (8 * QUAD)):
-        along_n = " pairing along N" if pair_n else ""
-        raise ValueError(f"4x1 clusters are sm90 plain-GEMM (gemm_only) plans along M whose "
-                         f"w tile splits into quarters of whole 8-row atoms (BN a multiple of "
-                         f"32); got {mode} BN={bn} on {arch}{along_n}")
+    if cta_group == QUAD:
+        why = quad_refusal(mode, arch, bn, "", ["pair_n"] if pair_n else [])
+        if why:
+            raise ValueError(why)
     if cta_group >= 2:
         if peers_first and not pair_n:
             raise ValueError("the peers-first order on 2x1 clusters needs pairs along N")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .geometry import BLACKWELL, QUAD
+from .geometry import BLACKWELL, QUAD, quad_refusal  # noqa: F401 (the kernels' and resolver's)
 
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
@@ -194,21 +194,3 @@ def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool
 
 # The knobs 4x1 clusters do not combine with (nothing measured or checked them together)
 QUAD_CLASHES = ("sk", "pingpong", "pair_n")
-
-
-def quad_refusal(mode: str, arch: str, bn: int | None, operands: str,
-                 clashes: list[str]) -> str | None:
-    """Why a call or kernel cannot run on 4x1 clusters (``cta_group`` 4), or None if it can:
-    they are the plain sm90 GEMM of bf16 / fp16 operands along M, w's tile split four ways
-    in whole 8-row atoms. ``clashes``: the names of the knobs of ``QUAD_CLASHES`` it sets.
-    The resolver (before anything compiles) and the kernel's own check read it here."""
-    if mode != "gemm" or arch != "sm_90a":
-        return (f"4x1 clusters run the plain sm90 GEMM (gemm_only) only; this call is {mode} "
-                f"on {arch}")
-    if operands:
-        return "4x1 clusters run bf16 / fp16 operands"
-    if bn is not None and bn % (8 * QUAD):
-        return f"BN={bn}: w's tile splits four ways on widths that are multiples of 32"
-    if clashes:
-        return f"not with {', '.join(clashes)}"
-    return None

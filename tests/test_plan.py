@@ -1078,6 +1078,6 @@ def test_clusters_are_one_two_or_four_ctas():
         for mode in ("rs", "gemm"):
             with pytest.raises(ValueError, match=r"one of \(1, 2, 4\)"):
                 make_plan(512, 7168, 4096, 2, 132, mode, bn=256, cta_group=g)
-    with pytest.raises(ValueError, match="4x1 clusters are sm90 plain-GEMM"):
+    with pytest.raises(ValueError, match="4x1 clusters run the plain sm90 GEMM"):
         make_plan(512, 7168, 4096, 2, 132, "rs", bn=256, cta_group=4)
     assert make_plan(512, 7168, 4096, 2, 132, "gemm", bn=256, cta_group=4).cta_group == 4
