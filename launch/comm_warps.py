@@ -71,8 +71,6 @@ class CommWarps(TileSchedule, PushCtas, Reductions, ArResults):
     flat = False
     # True (1-CTA flat orders): the split-K tail (``TilePlan.sk``, ``_segment``)
     sk = False
-    # True (the plain GEMM's one partial round): stream-K (``TilePlan.stream``, ``_segment``)
-    stream = False
     # True (RS 1-CTA round order): a tile row two owners share is split between their lists
     # (``TilePlan.split_row``)
     split_row = False

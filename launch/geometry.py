@@ -96,18 +96,6 @@ The plain GEMM's single round of R < G units (small M: 26 tiles of 64 x 112 at N
 no lanes of its own to cut onto, so ``with_sk`` widens its grid to R * S lanes, S = min(G // R,
 8, K-tiles): the same cut with F = 0, every SM streaming its share of w.
 
-Stream-K (``stream``; the plain sm90 GEMM's one partial round, 1-CTA tiles or 2x1 clusters
-along M; an experiment)
-Where the one round's U units fill most but not all of the G lanes (120 tiles of 128 x 96 at
-512 x 2880 on 132 SMs) every busy lane takes a whole tile's time while G - U lanes idle. With
-``stream`` the U * KT k-tiles are laid end to end, unit by unit, and lane l computes the span
-``[l * U * KT // G, (l + 1) * U * KT // G)`` of them: a tail of one unit (stored, as a
-split-K piece, in lane l's slot), whole units, then a head of the next (from k = 0). The lane
-holding a unit's k = 0 finishes it: its head is the last thing it computes, and it adds the
-stored pieces of the lanes after it, in lane order, before the epilogue. A stored piece is a
-lane's first segment and waits for nothing, so no wait closes a cycle. U >= G / 2 keeps
-every span non-empty and the slots (one per CTA) within the workspace's.
-
 Split rows (``split_row``; RS, the 1-CTA round order at widths 224 and 256)
 Where local_M is not a multiple of 128 a tile row holds rows of owners o-1 and o, and by
 the rule above its tiles all go to L_(o-1): at 1152 x 7168 with 256-wide tiles the lists
@@ -257,7 +245,6 @@ class TilePlan:
     push_ctas: int = 0  # RS flat peers-first: CTAs past ``chunk`` that only push (push_plan)
     pingpong: bool = False  # plain GEMM: planned for ping-pong MMA warp groups (the rule's)
     bm: int = BM  # rows of a tile (64: the plain sm90 GEMM; 1-CTA or pairs along M)
-    stream: bool = False  # plain GEMM's one partial round spread along K (module docstring)
 
     @property
     def sched_word(self) -> int:
@@ -357,11 +344,6 @@ class TilePlan:
         in round (segment) ``rnd``; position -1: idle. Whole units unless ``sk`` (module
         docstring; the kernels' ``TileSchedule._segment``)."""
         pos, kt = rnd * self.chunk + lane, self.k_tiles
-        if self.stream:
-            g0, g1 = stream_span(lane, self.chunk, self.num_units, kt)
-            u = g0 // kt + rnd
-            lo, hi = max(g0 - u * kt, 0), min(g1 - u * kt, kt)
-            return (u, lo, hi) if lo < hi and u < self.num_units else (-1, 0, 0)
         f = self.num_units // self.chunk
         if self.sk < 2 or rnd != f:
             return pos, 0, kt
@@ -380,7 +362,7 @@ class TilePlan:
         """The unit (tile, or pair-tile) lane ``lane`` (CTA, or cluster) works on, or -1."""
         if lane >= self.chunk and self.push_ctas:
             return -1  # a push CTA (``push_plan``)
-        if self.sk > 1 or self.stream:
+        if self.sk > 1:
             pos = self.segment(lane, rnd)[0]
             rnd, lane = divmod(pos, self.chunk) if pos >= 0 else (self.rounds, 0)
         if self.mode == "gemm" or self.push_all:
@@ -419,12 +401,10 @@ class TilePlan:
         """The tile CTA ``cta`` of ``rank`` finishes (computes, and hands to the exchange) in
         round ``rnd``, or -1 (idle, or a split-K piece stored for another lane)."""
         if self.cta_group == 1:
-            if (self.sk > 1 or self.stream) and not self.finishes(cta, rnd):
+            if self.sk > 1 and not self.finishes(cta, rnd):
                 return -1
             return self.scheduled_unit(rank, cta, rnd)
         g = self.cta_group
-        if self.stream and not self.finishes(cta // g, rnd):
-            return -1
         u = self.scheduled_unit(rank, cta // g, rnd)
         if u < 0:
             return -1
@@ -499,44 +479,6 @@ def with_sk(plan: TilePlan, arch: str = "sm_90a") -> TilePlan:
     if pieces < 2 or plan.chunk > SK_CTAS:
         return plan
     return replace(plan, sk=pieces, k_tiles=kt)
-
-
-def stream_span(lane: int, lanes: int, units: int, k_tiles: int) -> tuple[int, int]:
-    """The k-tiles ``[g0, g1)`` of the units laid end to end that lane ``lane`` of ``lanes``
-    computes on a ``stream`` plan (module docstring)."""
-    total = units * k_tiles
-    return lane * total // lanes, (lane + 1) * total // lanes
-
-
-def stream_lane_of(g: int, lanes: int, units: int, k_tiles: int) -> int:
-    """The lane whose span holds k-tile ``g`` of the units laid end to end."""
-    return ((g + 1) * lanes - 1) // (units * k_tiles)
-
-
-def stream_pieces(u: int, lanes: int, units: int, k_tiles: int) -> int:
-    """Lanes computing a piece of unit ``u`` on a ``stream`` plan: the lane of its k = 0,
-    which finishes it, and the lanes after it whose stored pieces it adds."""
-    first = stream_lane_of(u * k_tiles, lanes, units, k_tiles)
-    return stream_lane_of((u + 1) * k_tiles - 1, lanes, units, k_tiles) - first + 1
-
-
-def with_stream(plan: TilePlan, lanes: int, arch: str = "sm_90a") -> TilePlan:
-    """``plan`` (the plain GEMM's one partial round) spread along K over ``lanes`` lanes
-    (CTAs, or 2x1 clusters): stream-K (module docstring). Raises ValueError where it cannot
-    run: another arch or mode, 4x1 clusters or pairs along N, whole rounds, fewer units than
-    half the lanes, or one k-tile."""
-    kt = ceil_div(plan.K, BK)
-    if arch in BLACKWELL or plan.mode != "gemm" or plan.cta_group not in (1, 2) or plan.pair_n:
-        raise ValueError("stream-K spreads the plain sm90 GEMM's tiles on 1-CTA tiles or 2x1 "
-                         "clusters along M")
-    units = plan.num_units
-    if not (lanes / 2 <= units < lanes) or kt < 2 or plan.cta_group * lanes > SK_CTAS:
-        raise ValueError(f"stream-K spreads one partial round of at least half the lanes: "
-                         f"{units} units on {lanes} lanes, {kt} k-tiles")
-    rounds = max((g1 - 1) // kt - g0 // kt + 1
-                 for g0, g1 in (stream_span(l, lanes, units, kt) for l in range(lanes)))
-    return replace(plan, grid=plan.cta_group * lanes, chunk=lanes, rounds=rounds, band=0,
-                   stream=True, k_tiles=kt)
 
 
 def sk_pieces(lanes: int, units: int, k_tiles: int) -> int:

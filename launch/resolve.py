@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multicast.errors import RsarValueError, UnsupportedError
 
 from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS,
-                       TilePlan, ceil_div, plan_depth, with_stream)
+                       TilePlan, ceil_div, plan_depth)
 from .plan import make_plan, push_plan
 from .rules import (X_BOX_UNEVEN, auto_push_all, choose_gemm_l2_hint, choose_x_box,
                     default_early_copy, default_lean_exit, default_prefetch, default_push,
@@ -91,8 +91,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
     pingpong = bool(plan.pingpong if t.pingpong is None else t.pingpong)
     if pingpong:
         why = pingpong_refusal(plan.bn, plan.mode, bool(tma_store), bool(dtypes.operands),
-                               bool(plan.sk or plan.stream), bool(trace),
-                               plan.push_ctas > 0)
+                               bool(plan.sk), bool(trace), plan.push_ctas > 0)
         if why:
             raise RsarValueError(f"Tuning.pingpong: {why} (the plan of M={shape.M}; "
                                  f"Tuning.bn picks the width)")
@@ -125,8 +124,7 @@ def resolve(shape: Shape, hw: Hardware, world: int, transport: str,
         push_all=int(plan.push_all), pdl=int(t.pdl and sm90),
         prefetch=default_prefetch(arch, world, transport, mode) if t.prefetch else 0,
         early_copy=default_early_copy(arch, transport, plan) if t.early_copy else 0,
-        push_window=push_window, flat=int(plan.flat),
-        sk=2 if plan.stream else int(plan.sk > 1),
+        push_window=push_window, flat=int(plan.flat), sk=int(plan.sk > 1),
         split_row=int(plan.split_row), push_ctas=int(plan.push_ctas > 0),
         lean_exit=lean_exit, tma_store=tma_store, trace=trace,
         block_scales=int(dtypes.block_scales), pingpong=int(pingpong),
@@ -177,11 +175,6 @@ def _check(shape: Shape, hw: Hardware, dtypes: Dtypes, t: Tuning) -> None:
                              f"call is {shape.mode} on {hw.arch}")
     if t.push_ctas and shape.mode == "ar":
         raise RsarValueError("Tuning.push_ctas: push CTAs are an RS plan; this op all-reduces")
-    if t.stream and (shape.mode != "gemm" or hw.arch != SM90 or t.sk or t.pair_n
-                     or t.cta_group == QUAD or t.pingpong):
-        raise RsarValueError("Tuning.stream: stream-K spreads the plain sm90 GEMM (gemm_only) "
-                             "on 1-CTA tiles or 2x1 clusters along M, without the split-K "
-                             "tail or ping-pong")
     if t.cta_group == QUAD:
         why = quad_refusal(shape.mode, hw.arch, t.bn, dtypes.operands,
                            [f"Tuning.{k}" for k in QUAD_CLASHES if getattr(t, k)])
@@ -251,8 +244,8 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
         else:
             push_all = auto_push_all(mode, transport, push_for(op_push, mode))
         sm90 = arch == SM90
-        pp_rule = sm90 and _pingpong_free(shape, dtypes, t, op_push) and not t.stream
-        plan = make_plan(M, N, K, world, hw.sm_count, mode, arch=arch, bn=bn,
+        pp_rule = sm90 and _pingpong_free(shape, dtypes, t, op_push)
+        return make_plan(M, N, K, world, hw.sm_count, mode, arch=arch, bn=bn,
                          pair_ctas=pair_ctas, cta_group=t.cta_group, lag=t.lag,
                          peers_first=t.peers_first, band=t.band,
                          pair_n=t.pair_n, push_all=push_all,
@@ -263,11 +256,6 @@ def _plan(shape: Shape, hw: Hardware, world: int, transport: str, dtypes: Dtypes
                          fine=_fill_rules(shape, dtypes),
                          bm=t.bm if t.bm or _rows64_free(shape, dtypes, t) else 128,
                          x_box=x_box, quad_ctas=hw.quad_ctas)
-        if t.stream:
-            slots = hw.sm_count if plan.cta_group == 1 else min(hw.sm_count,
-                                                                 hw.pair_ctas or hw.sm_count)
-            plan = with_stream(plan, slots // plan.cta_group, arch)
-        return plan
     except RsarValueError:
         raise
     except ValueError as e:

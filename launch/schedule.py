@@ -2,7 +2,7 @@
 
 Which unit (tile, 2x1 pair-tile or split-K piece) lane ``lane`` of a rank computes in round
 ``rnd``, for every order the plans know: the round order with its lag round, peers-first,
-the flat peers-first order, bands, pairs along N, split rows, the split-K tail and stream-K. The MMA,
+the flat peers-first order, bands, pairs along N, split rows and the split-K tail. The MMA,
 producer and communication roles of every kernel call the same functions, so they agree on
 the order; ``launch.plan`` holds the formulas and the CPU tests that check them.
 """
@@ -19,7 +19,7 @@ Int64 = cutlass.Int64
 
 class TileSchedule:
     """Mixin of the kernels (through ``CommWarps``): device methods of the schedule. Reads
-    the kernel's ``mode, world, cta_group, peers_first, flat, sk, stream, split_row, pair_n,
+    the kernel's ``mode, world, cta_group, peers_first, flat, sk, split_row, pair_n,
     push_all, push_ctas`` attributes."""
 
     @cute.jit
@@ -62,34 +62,12 @@ class TileSchedule:
         return s
 
     @cute.jit
-    def _stream_pieces(self, u, lane, chunk, num_units, k_tiles):
-        """``launch.geometry.stream_pieces`` of unit ``u``, whose k = 0 lane ``lane`` holds."""
-        last = ((u + Int32(1)) * k_tiles * chunk - Int32(1)) // (num_units * k_tiles)
-        return last - lane + Int32(1)
-
-    def _seg_units(self, num_tiles, tiles_m, tiles_n):
-        """The units ``_segment`` lays out: tiles, or a stream-K plan's pair-tiles."""
-        n = num_tiles
-        if cutlass.const_expr(self.stream and self.cta_group == 2):
-            n = (tiles_m + Int32(1)) // Int32(2) * tiles_n
-        return n
-
-    @cute.jit
     def _segment(self, lane, rnd, chunk, num_units, k_tiles):
         """(position in the flat order or -1, first k-tile, end k-tile) of lane ``lane`` in
-        round ``rnd`` (``TilePlan.segment``): whole units unless ``sk`` or ``stream``."""
+        round ``rnd`` (``TilePlan.segment``): whole units unless ``sk``."""
         pos = rnd * chunk + lane
         lo = Int32(0)
         hi = k_tiles
-        if cutlass.const_expr(self.stream):
-            total = num_units * k_tiles
-            g0 = lane * total // chunk
-            g1 = (lane + Int32(1)) * total // chunk
-            pos = g0 // k_tiles + rnd
-            lo = cutlass.max(g0 - pos * k_tiles, Int32(0))
-            hi = cutlass.min(g1 - pos * k_tiles, k_tiles)
-            if (lo >= hi) | (pos >= num_units):
-                pos = Int32(-1)
         if cutlass.const_expr(self.sk):
             f = num_units // chunk
             s = self._sk_pieces(chunk, num_units, k_tiles)
@@ -109,9 +87,8 @@ class TileSchedule:
         """The unit (tile; pair-tile with 2-CTA MMA) lane ``lane`` (CTA; cluster) works on in
         round ``rnd``, or -1 (see ``TilePlan.scheduled_unit``; ``k_tiles``: the split-K
         tail's cuts, ``sk`` kernels only)."""
-        if cutlass.const_expr(self.sk or self.stream):
-            pos, _, _ = self._segment(lane, rnd, chunk,
-                                      self._seg_units(num_tiles, tiles_m, tiles_n), k_tiles)
+        if cutlass.const_expr(self.sk):
+            pos, _, _ = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
             rnd = pos // chunk
             lane = pos - rnd * chunk
             if pos < Int32(0):  # idle: a position past every unit
@@ -214,20 +191,14 @@ class TileSchedule:
         if cutlass.const_expr(self.cta_group == 1):
             t = self._scheduled_unit(rank, cta, rnd, chunk, lag, num_tiles, tiles_m, tiles_n,
                                      local_M, k_tiles)
-            if cutlass.const_expr(self.sk or self.stream):
+            if cutlass.const_expr(self.sk):
                 _, lo, _ = self._segment(cta, rnd, chunk, num_tiles, k_tiles)
                 if lo > Int32(0):
                     t = Int32(-1)
         else:
             g = Int32(self.cta_group)
             u = self._scheduled_unit(rank, cta // g, rnd, chunk, lag, num_tiles, tiles_m,
-                                     tiles_n, local_M, k_tiles)
-            if cutlass.const_expr(self.stream):
-                # a piece stored for the lane that finishes its pair-tile
-                _, lo, _ = self._segment(cta // g, rnd, chunk,
-                                         self._seg_units(num_tiles, tiles_m, tiles_n), k_tiles)
-                if lo > Int32(0):
-                    u = Int32(-1)
+                                     tiles_n, local_M)
             if cutlass.const_expr(self.pair_n):
                 if u >= Int32(0):
                     t = Int32(2) * u + (cta - (cta // Int32(2)) * Int32(2))

@@ -146,11 +146,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         self.flat = bool(flat)
         if self.flat and (not self.peers_first or cta_group != 1):
             raise ValueError("the flat order is the peers-first order's, on 1-CTA tiles")
-        self.sk = sk == 1
-        self.stream = sk == 2
-        if self.stream and (mode != "gemm" or cta_group not in (1, 2) or pair_n):
-            raise ValueError("stream-K runs the plain GEMM on 1-CTA tiles or 2x1 clusters "
-                             "along M")
+        self.sk = bool(sk)
         self.split_row = bool(split_row)
         self.push_ctas = bool(push_ctas)
         self.lean_exit = bool(lean_exit)
@@ -574,8 +570,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 for rnd in range(rounds):
                     u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles,
                                              tiles_m, tiles_n, local_M, k_tiles)
-                    _, k_lo, k_hi = self._segment(
-                        lane, rnd, chunk, self._seg_units(num_tiles, tiles_m, tiles_n), k_tiles)
+                    _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
                     if u >= Int32(0):
                         prod = self._load_unit(loads, u, k_lo, k_hi, prod)
                 ab_pipe.producer_tail(prod)
@@ -795,8 +790,7 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
         for rnd in range(rounds):
             u = self._scheduled_unit(rank, lane, rnd, chunk, lag, num_tiles, tiles_m,
                                      tiles_n, local_M, k_tiles)
-            _, k_lo, k_hi = self._segment(lane, rnd, chunk,
-                                          self._seg_units(num_tiles, tiles_m, tiles_n), k_tiles)
+            _, k_lo, k_hi = self._segment(lane, rnd, chunk, num_tiles, k_tiles)
             if u >= Int32(0):
                 read_state, rel_state, epi_state, tiles_done = self._mma_unit(
                     c, u, k_lo, k_hi, read_state, rel_state, epi_state, tiles_done)
@@ -928,18 +922,6 @@ class Sm90FusedKernel(CommWarps, PingPongMma, Fp8Scales, SplitKPieces):
                 pieces = self._sk_pieces(chunk, num_tiles, k_tiles)
                 self._sk_add(mtid, acc, lane, pieces, u, rank, ws, timeout_ns,
                              err_addr)
-        if cutlass.const_expr(self.stream):
-            # as the split-K tail's, in one slot per CTA: a pair's two CTAs store and add
-            # their own tiles' pieces, each half of the lanes in slots of its own, so a
-            # unit's later pieces sit in the slots after its first one's
-            finish = k_lo == Int32(0)
-            slot = v_in_pair * chunk + lane
-            if k_lo > Int32(0):
-                self._sk_store(mtid, acc, slot, ws)
-            elif k_hi < k_tiles:
-                units = self._seg_units(num_tiles, tiles_m, tiles_n)
-                pieces = self._stream_pieces(u, lane, chunk, units, k_tiles)
-                self._sk_add(mtid, acc, slot, pieces, u, rank, ws, timeout_ns, err_addr)
         if cutlass.const_expr(self.row_scales):
             # every thread's copies landed, then the tile's scales are visible to all
             cute.arch.cp_async_wait_group(0)

@@ -1,5 +1,4 @@
-"""The split-K tail's and stream-K's pieces in the sm90 kernel's MMA warps (``TilePlan.sk``,
-``TilePlan.stream``).
+"""The split-K tail's pieces in the sm90 kernel's MMA warps (``TilePlan.sk``).
 
 The last round's units are cut along K onto idle lanes: a later piece stores its fp32
 accumulators in its lane's workspace slot and raises the slot's flag (``_sk_store``); the

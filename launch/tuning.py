@@ -39,7 +39,6 @@ _ACCEPTS = {
     "push_all": "None, True or False",
     "flat": "None, True or False",
     "sk": "None, True or False",
-    "stream": "True or False",
     "split_row": "None, True or False",
     "push": f"None or one of {PUSHES}",
     "stages": f"None or one of {STAGES}",
@@ -69,10 +68,7 @@ class Tuning:
     the round order's lag round; ``band`` unit rows per band of the tile order;
     ``peers_first`` peers' tiles before the own ones; ``pair_n`` 2x1 clusters pairing tiles
     along N; ``push_all`` the world-2 push-all AR plan; ``flat`` the flat peers-first order;
-    ``sk`` the split-K tail; ``split_row`` RS lists splitting a shared tile row;
-    ``stream`` (an experiment) stream-K: the plain sm90 GEMM's one partial round of at
-    least half the lanes spread along K over all of them (``launch.geometry.with_stream``;
-    1-CTA tiles or 2x1 clusters along M, whichever the plan took or ``cta_group`` forces).
+    ``sk`` the split-K tail; ``split_row`` RS lists splitting a shared tile row.
 
     Kernel (sm90): ``push`` how partials reach peers ("lsu" thread stores, "tma" bulk
     copies, "tma_all" AR's reduced tiles as bulk copies too); ``stages`` at least this many
@@ -122,7 +118,6 @@ class Tuning:
     push_all: bool | None = None
     flat: bool | None = None
     sk: bool | None = None
-    stream: bool = False
     split_row: bool | None = None
     push: str | None = None
     stages: int | None = None
@@ -175,7 +170,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _valid(name: str, v: Any) -> bool:
-    if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace", "stream"):
+    if name in ("pair_n", "pdl", "prefetch", "early_copy", "trace"):
         return _is_bool(v)
     if name in ("peers_first", "push_all", "flat", "sk", "split_row", "push_window",
                 "tma_store", "lean_exit", "pingpong", "x_box"):

@@ -51,9 +51,7 @@ class Variant:
     over every list (``launch.plan``, ``TilePlan.flat``).
     ``sk`` (1-CTA flat orders: the plain GEMM, ``flat``): the split-K tail (``launch.plan``,
     ``TilePlan.sk``): the last round's units cut into K pieces on idle lanes, the later pieces
-    stored as fp32 in the workspace for the lane that finishes the unit; 2 (the plain GEMM's
-    one partial round, 1-CTA tiles or 2x1 clusters along M): stream-K (``TilePlan.stream``),
-    every lane a span of the units' k-tiles laid end to end, pieces stored the same way.
+    stored as fp32 in the workspace for the lane that finishes the unit.
     ``split_row`` (RS, 1-CTA round order): a tile row two owners share is split between
     their lists (``launch.plan``, ``TilePlan.split_row``).
     ``push_ctas`` (RS, unicast, bulk-copy pushes, the flat order): CTAs from the plan's
@@ -118,7 +116,7 @@ class Variant:
     early_copy: int = 0  # 1: AR copies each pushed tile's result back early (Sm90FusedKernel)
     push_window: int = 0  # n > 0: at most n sub-tile push groups in flight (Sm90FusedKernel)
     flat: int = 0  # 1: the peers-first order as one flat sequence (plans with flat)
-    sk: int = 0  # 1: the split-K tail (plans with sk); 2: stream-K (plans with stream)
+    sk: int = 0  # 1: the split-K tail (plans with sk)
     split_row: int = 0  # 1: RS lists split a shared tile row (plans with split_row)
     push_ctas: int = 0  # 1: CTAs past the plan's chunk only push (plans with push_ctas)
     lean_exit: int = 0  # 1: the exit without system fences (protocol.finish_launch)

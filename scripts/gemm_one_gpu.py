@@ -19,8 +19,7 @@ least N mainloop stages; ``stages3``: the whole-tile ring, without ``default_sta
 widths of 32s), ``bnW`` (tile width W), ``bm64`` (64-row tiles on one MMA warp group; 1-CTA,
 or with ``c2`` / ``c4`` clusters along M sharing w), ``sk`` (the split-K
 tail: a partial last round's tiles cut along K onto the idle SMs, the plain GEMM's one round
-onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``stk`` (stream-K: the
-one partial round's k-tiles spread over every lane, ``Tuning.stream``), ``pn`` (2x1
+onto a grid widened to its pieces; 1-CTA; ``sk0``: never split), ``pn`` (2x1
 clusters pairing neighbours along N, sharing x's tile), ``bandB`` (B unit
 rows per band of the tile order; 0: row-major), ``ts`` / ``ts0`` (the output stored by TMA
 tensor stores / by the communication threads), ``pp`` (ping-pong MMA warp groups, whole
@@ -87,8 +86,6 @@ def column_knobs(name: str) -> dict:
             knobs["sk"] = part == "sk"
         elif part == "pn":
             knobs["pair_n"] = True
-        elif part == "stk":
-            knobs["stream"] = True
         elif part in ("pp", "pp0"):
             knobs["pingpong"] = part == "pp"
         elif part in ("xb", "xb0"):
@@ -103,7 +100,7 @@ def column_knobs(name: str) -> dict:
             knobs["tma_promo"] = PROMO_PARTS[part]
         else:
             raise ValueError(f"unknown column part {part!r} in {name!r} (default, c1, c2, c4, bnW, "
-                             f"bmR, stagesN, sk, sk0, stk, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
+                             f"bmR, stagesN, sk, sk0, pn, bandB, ts, ts0, pp, pp0, xb, xb0, "
                              f"{', '.join(L2_PARTS)}, {', '.join(PROMO_PARTS)}, joined with +)")
     return knobs
 

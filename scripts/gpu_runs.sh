@@ -221,11 +221,6 @@
 #            5-7 stages, 2x1 clusters 224 wide, 64-row pairs 112 wide at 10 stages, L2
 #            promotion of 256 B and ping-pong on the 112-wide pairs (k1024-sweep's forms,
 #            which ran on an H100 only); two orders
-#   stream-k  (1 GPU; RSAR_ALLOW_SHARED_GPU=1 on one) stream-K (``Tuning.stream``, column
-#            ``stk``: the one partial round's k-tiles spread over every lane) on the default
-#            plan, 1-CTA 96-wide tiles and 64-row 96-wide pairs / 1-CTA tiles, against the
-#            default at the rows' one-round shapes that leave SMs idle (M 256-512 x N 2880,
-#            300 x 5120, K 1024-9216); tests/gpu/test_stream_k_gpu.py first; two orders
 #   small-m-fill  (1 GPU) PERF.md (be)'s A/Bs: the 4x1 clusters 96 / 128 wide at M 200-256,
 #            K 1024-9216 (a round filling every cluster); 128-row pairs 80 / 96 / 112 / 128
 #            wide at M 384-512, K 1024 / 2048; 4x1 clusters 160-256 wide at N 5120-8192;
@@ -265,7 +260,7 @@ set -u
 G1="python3 scripts/gemm_one_gpu.py${RSAR_BUILD_ONLY:+ --build-only}"
 out=${1:?usage: scripts/gpu_runs.sh OUTDIR STEP...}
 shift
-STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid x-box-wide quads128 stream-k small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
+STEPS="cache cache-all sweep sweep1 sweep2 grid checks gemm1 grid-calls grid-blocks xloads xloads-checks small-m tails mid-m mid-sweep mid-widths partial-width stages pp-stages pp-mid pp-rule pp-coop rows64-pairs rows64-rule pn-cublas one-round-widths small-m-pairs narrow-stages mid-pp pp-deep pp-deep-mid k1024-sweep k1024-band mid-split deep-split mid-deep-forms l2-split lrc placement profile profile-pn pn-coupling l2-hint l2-fixed l2-offgrid pn-bands offgrid-forms offgrid-rules offgrid-check rows tma-promo cublas-plans small-m-cublas small-m-rules small-m-next small-m-bf small-m-h200 h200-grid x-box-wide quads128 small-m-fill tma-desc new newpp newbias fp8 fp8a fp8b"
 [ $# -gt 0 ] || { echo "no STEP given (${STEPS// /, })" >&2; exit 2; }
 mkdir -p "$out"
 for s in "$@"; do  # every step checked before any runs
@@ -726,14 +721,6 @@ for s in "$@"; do
         gemm_step "h200_grid_$seed" 200 --shuffle $seed --blocks 5 \
           --columns default,stages5,stages6,stages7,c2+bn224,c2+bm64+bn112+stages10,tp256,c2+bn112+pp \
           --shapes "128,7168,1024;128,8192,1024;256,7168,1024;256,8192,1024;256,8192,4096;512,7168,1024"
-      done ;;
-    stream-k)  # stream-K against the default where one round leaves SMs idle
-      step stream_k_gpu 240 mpirun -n 2 python3 -m pytest -q -p no:cacheprovider \
-        tests/gpu/test_stream_k_gpu.py
-      for seed in ${SMALL_M_SEEDS:-115 116}; do
-        gemm_step "stream_k_$seed" 240 --shuffle $seed --blocks 5 \
-          --columns default,stk,c1+bn96+stk,c2+bm64+bn96+stages10+stk,c1+bm64+bn96+stages10+stk \
-          --shapes "$(shapes "448 512" "2880" "1024 4096 9216");480,2880,9216;256,2880,4096;256,2880,9216;224,2880,9216;300,5120,4096;300,5120,9216"
       done ;;
     small-m-fill)  # PERF.md (be)
       for seed in ${SMALL_M_SEEDS:-93 94}; do
