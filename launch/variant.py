@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .geometry import BLACKWELL, QUAD, quad_refusal  # noqa: F401 (the kernels' and resolver's)
+from .geometry import BLACKWELL
 
 # sm90 choices a Variant may set (0: the kernel's default; the class docstring says what each does)
 TUNING = ("epi_slots", "peers_first", "pair_n", "stages", "push_all", "pdl", "prefetch",
