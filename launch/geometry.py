@@ -499,6 +499,10 @@ def pairs_whole(p: TilePlan) -> bool:
     return all(p.ar_start(o) % (2 * p.tiles_n) == 0 for o in range(1, p.world))
 
 
+# The knobs 4x1 clusters do not combine with (nothing measured or checked them together)
+QUAD_CLASHES = ("sk", "pingpong", "pair_n")
+
+
 def quad_refusal(mode: str, arch: str, bn: int | None, operands: str,
                  clashes: list[str]) -> str | None:
     """Why a call or kernel cannot run on 4x1 clusters (``cta_group`` 4), or None if it can:

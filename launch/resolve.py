@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 from multicast.errors import RsarValueError, UnsupportedError
 
-from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, TMA_PROMOS, X_ROWS,
-                       TilePlan, ceil_div, plan_depth, quad_refusal)
+from .geometry import (BLACKWELL, GEMM_ONLY_NS, L2_HINTS, MODES, QUAD, QUAD_CLASHES,
+                       TMA_PROMOS, X_ROWS, TilePlan, ceil_div, plan_depth, quad_refusal)
 from .plan import make_plan, push_plan
 from .rules import (X_BOX_UNEVEN, auto_push_all, choose_gemm_l2_hint, choose_x_box,
                     default_early_copy, default_lean_exit, default_prefetch, default_push,
                     default_push_window, default_stages, default_tma_store)
 from .tuning import Tuning
-from .variant import QUAD_CLASHES, Variant, has_x_box, pingpong_refusal, push_for
+from .variant import Variant, has_x_box, pingpong_refusal, push_for
 
 SM90 = "sm_90a"
 # Block-wise fp8 scales: tiles of one 128 x 128 w block per column, where the MMA threads'

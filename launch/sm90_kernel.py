@@ -52,10 +52,11 @@ from .comm_warps import BK_BYTES, CommWarps
 from .fp8_scales import Fp8Scales
 from .pingpong import PingPongMma
 from .geometry import (BM, CTA_GROUPS, DEFAULT_MAX_STAGES, EPI_N, GEMM_ONLY_NS, L2_HINTS,
-                       MAX_STAGES, QUAD, TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS, quad_refusal)
+                       MAX_STAGES, QUAD, QUAD_CLASHES, TILE_MS, TILE_NS, TMA_PROMOS, X_ROWS,
+                       quad_refusal)
 from .split_k import SplitKPieces
 from .sub_tile import COMM_THREADS as _COMM_THREADS
-from .variant import QUAD_CLASHES, Variant, has_x_box, pingpong_refusal
+from .variant import Variant, has_x_box, pingpong_refusal
 
 Int32 = cutlass.Int32
 Int64 = cutlass.Int64

@@ -188,7 +188,3 @@ def pingpong_refusal(bn: int, mode: str, tma_store: bool, scaled: bool, sk: bool
         return ("ping-pong warp groups run bf16 / fp16 operands without the split-K tail, "
                 "traces or push CTAs")
     return None
-
-
-# The knobs 4x1 clusters do not combine with (nothing measured or checked them together)
-QUAD_CLASHES = ("sk", "pingpong", "pair_n")
