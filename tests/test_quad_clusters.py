@@ -1,10 +1,11 @@
 """4x1 clusters (``Tuning(cta_group=4)``): four tile rows sharing w's tile, each CTA loading a
 quarter and multicasting it to the other three, as cuBLAS runs four tile rows of 64 at M <=
 256 off the grid (PERF.md (bc): 96 x 64 tiles on 2 x 4 clusters at 256 x 2880). The plain
-sm90 GEMM of bf16 / fp16 operands only: no default plan but ``choose_gemm_quads``' and
-``choose_gemm_quads128``'s takes them, the fused op, sm100, fp8, widths that are not multiples of 32, the split-K tail, ping-pong and pairs
-along N refuse them before anything compiles; their plans schedule every tile once; their
-kernels compile with w's loads multicast and nothing spilled."""
+sm90 GEMM of bf16 / fp16 operands only: no default plan takes them but those of
+``choose_gemm_quads`` and ``choose_gemm_quads128``; the fused op, sm100, fp8, widths that are
+not multiples of 32, the split-K tail, ping-pong and pairs along N refuse them before anything
+compiles; their plans schedule every tile once; their kernels compile with w's loads
+multicast and nothing spilled."""
 from __future__ import annotations
 
 import itertools
